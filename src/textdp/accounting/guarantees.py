@@ -1,0 +1,200 @@
+"""Machine-readable privacy guarantees.
+
+A mechanism states what it promises as one of these objects, so that privacy
+cards, the budget ledger and the CI audits read a single source of truth.
+Each guarantee says *per what* (``unit``: token, document, record, iteration,
+run, ...) and under which *neighbouring relation* (``neighbours``:
+``"replace-one"`` or ``"add-remove"``).
+
+Modelled on the way Google's dp_accounting represents events and OpenDP its
+privacy measures: plain, immutable data with a ``to_dict`` for JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from textdp.errors import ParameterError
+
+__all__ = [
+    "Guarantee",
+    "PureDP",
+    "ApproxDP",
+    "RDP",
+    "MetricDP",
+    "UMLDP",
+    "LocalDP",
+    "NoPrivacy",
+    "guarantee_from_dict",
+]
+
+
+def _check_epsilon(eps: float, name: str = "epsilon", allow_inf: bool = False) -> float:
+    try:
+        val = float(eps)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{name} must be a number, got {eps!r}") from None
+    if math.isnan(val) or val <= 0 or (math.isinf(val) and not allow_inf):
+        raise ParameterError(f"{name} must be a positive finite number, got {eps!r}")
+    return val
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """Base class. ``unit``: what one protected change is; ``neighbours``: the relation."""
+
+    unit: str = "record"
+    neighbours: str = "replace-one"
+
+    kind = "guarantee"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["kind"] = self.kind
+        return d
+
+    def describe(self) -> str:  # pragma: no cover - overridden
+        return self.kind
+
+
+@dataclass(frozen=True)
+class PureDP(Guarantee):
+    """epsilon-DP: P[M(D) in S] <= exp(epsilon) P[M(D') in S] for neighbours D, D'."""
+
+    epsilon: float = 1.0
+    kind = "pure-dp"
+
+    def __post_init__(self):
+        _check_epsilon(self.epsilon)
+
+    def describe(self) -> str:
+        return f"{self.epsilon:g}-DP per {self.unit} ({self.neighbours})"
+
+
+@dataclass(frozen=True)
+class ApproxDP(Guarantee):
+    """(epsilon, delta)-DP."""
+
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    kind = "approx-dp"
+
+    def __post_init__(self):
+        _check_epsilon(self.epsilon)
+        if not (0 <= float(self.delta) < 1):
+            raise ParameterError(f"delta must be in [0, 1), got {self.delta!r}")
+
+    def describe(self) -> str:
+        return f"({self.epsilon:g}, {self.delta:g})-DP per {self.unit} ({self.neighbours})"
+
+
+@dataclass(frozen=True)
+class RDP(Guarantee):
+    """Renyi DP: a curve of (order alpha -> epsilon(alpha))."""
+
+    orders: tuple[float, ...] = ()
+    epsilons: tuple[float, ...] = ()
+    kind = "rdp"
+
+    def __post_init__(self):
+        if len(self.orders) != len(self.epsilons) or not self.orders:
+            raise ParameterError("RDP needs equally long, non-empty orders and epsilons")
+        if any(a <= 1 for a in self.orders):
+            raise ParameterError("RDP orders alpha must be > 1")
+
+    def epsilon_at(self, alpha: float) -> float:
+        for a, e in zip(self.orders, self.epsilons):
+            if a == alpha:
+                return e
+        raise KeyError(alpha)
+
+    def describe(self) -> str:
+        pts = ", ".join(f"α={a:g}: {e:.4g}" for a, e in list(zip(self.orders, self.epsilons))[:4])
+        return f"RDP per {self.unit} ({pts}{', …' if len(self.orders) > 4 else ''})"
+
+
+@dataclass(frozen=True)
+class MetricDP(Guarantee):
+    """Metric LDP (d_X-privacy): p(y|x) <= exp(epsilon * d(x, x')) p(y|x').
+
+    ``metric`` names d (e.g. ``"euclidean"`` over embeddings); ``unit`` is
+    usually ``"token"``.
+    """
+
+    epsilon: float = 1.0
+    metric: str = "euclidean"
+    unit: str = "token"
+    neighbours: str = "replace-one"
+    kind = "metric-dp"
+
+    def __post_init__(self):
+        _check_epsilon(self.epsilon, allow_inf=True)
+
+    def describe(self) -> str:
+        return f"{self.epsilon:g}·d(x,x′) metric LDP per {self.unit} (d = {self.metric})"
+
+
+@dataclass(frozen=True)
+class UMLDP(Guarantee):
+    """Utility-optimised metric LDP (SanText+): metric LDP with epsilon on sensitive
+    words, plus an additive term ``epsilon0`` (ln(1/p)) for outputs that reveal a
+    non-sensitive input."""
+
+    epsilon: float = 1.0
+    epsilon0: float = 0.0
+    metric: str = "euclidean"
+    sensitive_fraction: float = 0.9
+    unit: str = "token"
+    neighbours: str = "replace-one"
+    kind = "umldp"
+
+    def __post_init__(self):
+        _check_epsilon(self.epsilon, allow_inf=True)
+
+    def describe(self) -> str:
+        return (
+            f"({self.epsilon:g}, ε0={self.epsilon0:.4g})-UMLDP per {self.unit} "
+            f"(d = {self.metric}, sensitive share w = {self.sensitive_fraction:g})"
+        )
+
+
+@dataclass(frozen=True)
+class LocalDP(Guarantee):
+    """epsilon-LDP: each user's report satisfies epsilon-DP on its own."""
+
+    epsilon: float = 1.0
+    unit: str = "document"
+    kind = "local-dp"
+
+    def __post_init__(self):
+        _check_epsilon(self.epsilon)
+
+    def describe(self) -> str:
+        return f"{self.epsilon:g}-LDP per {self.unit} ({self.neighbours})"
+
+
+@dataclass(frozen=True)
+class NoPrivacy(Guarantee):
+    """No formal guarantee (e.g. the identity, or a broken mechanism's real behaviour)."""
+
+    reason: str = ""
+    kind = "none"
+
+    def describe(self) -> str:
+        return f"no privacy guarantee{': ' + self.reason if self.reason else ''}"
+
+
+_KINDS = {c.kind: c for c in (PureDP, ApproxDP, RDP, MetricDP, UMLDP, LocalDP, NoPrivacy)}
+
+
+def guarantee_from_dict(d: dict[str, Any]) -> Guarantee:
+    """Inverse of :meth:`Guarantee.to_dict` (used by the ledger)."""
+    d = dict(d)
+    kind = d.pop("kind")
+    cls = _KINDS[kind]
+    for k in ("orders", "epsilons"):
+        if k in d:
+            d[k] = tuple(d[k])
+    return cls(**d)

@@ -1,0 +1,1 @@
+"""Command-line interface (Typer). Thin layer over the public Python API."""

@@ -1,0 +1,460 @@
+"""Reading and writing text tables: CSV, TSV, JSONL, Parquet and plain text.
+
+* Formats are chosen from the file suffix (``.csv``, ``.tsv``/``.tab``,
+  ``.jsonl``/``.ndjson``, ``.parquet``/``.pq``, ``.txt``) or given explicitly.
+  Plain text is one document per line, in a column named ``text``.
+* Readers check the file before handing it on: missing or empty files,
+  undecodable bytes (the first bad line is named), malformed rows and missing
+  text columns raise :class:`textdp.errors.InputError` with one line saying what
+  is wrong and how to fix it. Raw text appears in errors only as a short, marked
+  excerpt (:func:`textdp.errors.excerpt`).
+* Writers never write in place: :func:`atomic_output` writes to a temporary file
+  in the target folder and renames it on success, so a failure leaves nothing
+  behind; an existing output is refused unless ``overwrite=True``; an output
+  equal to the input is always refused.
+* :func:`iter_table_chunks` streams large inputs in chunks of rows (bounded
+  memory); :func:`read_table` reads a whole (small or medium) file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from textdp.errors import InputError, OutputError, ParameterError, excerpt
+
+__all__ = [
+    "FORMATS",
+    "detect_format",
+    "read_table",
+    "iter_table_chunks",
+    "write_table",
+    "atomic_output",
+    "check_output_path",
+    "guess_text_column",
+    "TableWriter",
+]
+
+FORMATS = ("csv", "tsv", "jsonl", "parquet", "txt")
+_SUFFIX = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".txt": "txt",
+    ".text": "txt",
+}
+_TEXT_CANDIDATES = ("text", "sentence", "review", "content", "document", "body", "snippet")
+
+
+def detect_format(path: str | os.PathLike, fmt: str | None = None) -> str:
+    """The table format of ``path``: ``fmt`` if given, else from the suffix.
+
+    Raises InputError for an unknown suffix (the message lists the accepted ones).
+    """
+    if fmt:
+        fmt = fmt.lower()
+        if fmt not in FORMATS:
+            raise ParameterError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+        return fmt
+    p = Path(path)
+    suffixes = [s.lower() for s in p.suffixes]
+    for s in reversed(suffixes):
+        if s in _SUFFIX:
+            return _SUFFIX[s]
+    raise InputError(
+        f"cannot tell the format of {p.name!r} from its suffix; use .csv, .tsv, .jsonl, .parquet "
+        "or .txt, or pass the format explicitly (--format)"
+    )
+
+
+def _check_readable(path: Path) -> None:
+    if not path.exists():
+        raise InputError(f"input file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise InputError(f"input {str(path)!r} is a directory, not a file")
+    if path.stat().st_size == 0:
+        raise InputError(f"input file {str(path)!r} is empty")
+
+
+def _find_bad_line(path: Path, encoding: str = "utf-8") -> tuple[int, str] | None:
+    """First line (1-based) that does not decode, with the decoder's reason; streamed."""
+    with open(path, "rb") as fh:
+        for i, raw in enumerate(fh, start=1):
+            try:
+                raw.decode(encoding)
+            except UnicodeDecodeError as exc:
+                return i, exc.reason
+    return None
+
+
+def _decode_error(path: Path, encoding: str) -> InputError:
+    bad = _find_bad_line(path, encoding)
+    where = f" on line {bad[0]}" if bad else ""
+    return InputError(
+        f"{path.name}: bytes that are not valid {encoding}{where}; re-encode the file as UTF-8 "
+        f"(e.g. iconv -f latin1 -t utf-8) or pass --encoding"
+    )
+
+
+def guess_text_column(columns: list[str]) -> str:
+    """The text column when the user did not name one: ``text`` or a common synonym,
+    else the only string column. Raises InputError when ambiguous."""
+    lower = {c.lower(): c for c in map(str, columns)}
+    for cand in _TEXT_CANDIDATES:
+        if cand in lower:
+            return lower[cand]
+    if len(columns) == 1:
+        return str(columns[0])
+    raise InputError(
+        f"cannot tell which column holds the text (columns: {', '.join(map(str, columns[:10]))}"
+        f"{', …' if len(columns) > 10 else ''}); pass --text-column"
+    )
+
+
+def _finish(df: pd.DataFrame, path: Path, text_column: str | None) -> tuple[pd.DataFrame, str]:
+    if df.shape[0] == 0:
+        raise InputError(f"{path.name}: no rows to read")
+    col = text_column if text_column is not None else guess_text_column(list(df.columns))
+    if col not in df.columns:
+        raise InputError(
+            f"{path.name}: no column {col!r} (columns: {', '.join(map(str, list(df.columns)[:10]))}); "
+            "pass the right --text-column"
+        )
+    df[col] = df[col].fillna("").astype(str)
+    return df, col
+
+
+def _read_txt(path: Path, encoding: str, nrows: int | None = None) -> pd.DataFrame:
+    lines = []
+    with open(path, "rb") as fh:
+        for i, raw in enumerate(fh, start=1):
+            if nrows is not None and len(lines) >= nrows:
+                break
+            try:
+                line = raw.decode(encoding)
+            except UnicodeDecodeError:
+                raise InputError(
+                    f"{path.name}: bytes that are not valid {encoding} on line {i}; re-encode the file "
+                    "as UTF-8 or pass --encoding"
+                ) from None
+            if i == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            lines.append(line.rstrip("\r\n"))
+    if "\x00" in "".join(lines[:1000]):
+        raise InputError(f"{path.name}: contains NUL bytes; it looks like a binary file, not text")
+    return pd.DataFrame({"text": lines})
+
+
+def read_table(
+    path: str | os.PathLike,
+    text_column: str | None = None,
+    fmt: str | None = None,
+    encoding: str = "utf-8",
+) -> tuple[pd.DataFrame, str]:
+    """Read a whole table and find its text column.
+
+    Returns ``(frame, text_column)``; every column is kept (other columns are
+    preserved on output), the text column is ``str`` with missing values as "".
+
+    Raises InputError: missing/empty file, unknown format, undecodable bytes
+    (names the first bad line), malformed rows, no rows, missing text column.
+    """
+    p = Path(path)
+    _check_readable(p)
+    fmt = detect_format(p, fmt)
+    try:
+        if fmt == "txt":
+            df = _read_txt(p, encoding)
+        elif fmt in ("csv", "tsv"):
+            df = pd.read_csv(
+                p,
+                sep="," if fmt == "csv" else "\t",
+                dtype=str,
+                keep_default_na=False,
+                encoding=encoding if encoding.lower() not in ("utf-8", "utf8") else "utf-8-sig",
+                quoting=csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE,
+                engine="c",
+            )
+        elif fmt == "jsonl":
+            df = _read_jsonl(p, encoding)
+        else:  # parquet
+            df = pd.read_parquet(p)
+    except UnicodeDecodeError:
+        raise _decode_error(p, encoding) from None
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{p.name}: no data (the file has no header or rows)") from None
+    except pd.errors.ParserError as exc:
+        msg = str(exc).strip().splitlines()[-1][:160]
+        raise InputError(f"{p.name}: malformed {fmt.upper()} ({msg}); fix the file or choose --format") from None
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{p.name}: cannot read as {fmt} ({type(exc).__name__}: {str(exc)[:120]})") from None
+    return _finish(df, p, text_column)
+
+
+def _read_jsonl(path: Path, encoding: str, nrows: int | None = None, start: int = 0) -> pd.DataFrame:
+    rows = []
+    with open(path, "rb") as fh:
+        for i, raw in enumerate(fh, start=1):
+            if i <= start:
+                continue
+            if nrows is not None and len(rows) >= nrows:
+                break
+            try:
+                line = raw.decode(encoding)
+            except UnicodeDecodeError:
+                raise InputError(
+                    f"{path.name}: bytes that are not valid {encoding} on line {i}; re-encode as UTF-8"
+                ) from None
+            if i == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                raise InputError(
+                    f"{path.name}: line {i} is not valid JSON {excerpt(line)}; each line must be one JSON object"
+                ) from None
+            if not isinstance(obj, dict):
+                raise InputError(f"{path.name}: line {i} is JSON but not an object; each line must be a JSON object")
+            rows.append(obj)
+    return pd.DataFrame(rows)
+
+
+def iter_table_chunks(
+    path: str | os.PathLike,
+    text_column: str | None = None,
+    fmt: str | None = None,
+    chunksize: int = 50_000,
+    encoding: str = "utf-8",
+) -> Iterator[tuple[pd.DataFrame, str]]:
+    """Stream ``(chunk, text_column)`` pairs of at most ``chunksize`` rows.
+
+    Memory is bounded by the chunk size (for Parquet, by one row group). Errors
+    as in :func:`read_table`; a decoding error names the line within the file.
+    """
+    p = Path(path)
+    _check_readable(p)
+    fmt = detect_format(p, fmt)
+    if chunksize < 1:
+        raise ParameterError("chunksize must be >= 1")
+    col = text_column
+    n = 0
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(p)
+            for batch in pf.iter_batches(batch_size=chunksize):
+                df, col = _finish(batch.to_pandas(), p, col)
+                n += len(df)
+                yield df, col
+        elif fmt in ("csv", "tsv"):
+            reader = pd.read_csv(
+                p,
+                sep="," if fmt == "csv" else "\t",
+                dtype=str,
+                keep_default_na=False,
+                encoding="utf-8-sig" if encoding.lower() in ("utf-8", "utf8") else encoding,
+                quoting=csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE,
+                chunksize=chunksize,
+            )
+            for df in reader:
+                df, col = _finish(df, p, col)
+                n += len(df)
+                yield df, col
+        else:
+            yield from _iter_lines_chunks(p, fmt, col, chunksize, encoding)
+            return
+    except UnicodeDecodeError:
+        raise _decode_error(p, encoding) from None
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{p.name}: no data (the file has no header or rows)") from None
+    except pd.errors.ParserError as exc:
+        msg = str(exc).strip().splitlines()[-1][:160]
+        raise InputError(f"{p.name}: malformed {fmt.upper()} ({msg})") from None
+    if n == 0:
+        raise InputError(f"{p.name}: no rows to read")
+
+
+def _iter_lines_chunks(p: Path, fmt: str, col: str | None, chunksize: int, encoding: str):
+    buf: list = []
+    n = 0
+    with open(p, "rb") as fh:
+        for i, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode(encoding)
+            except UnicodeDecodeError:
+                raise InputError(
+                    f"{p.name}: bytes that are not valid {encoding} on line {i}; re-encode the file as UTF-8"
+                ) from None
+            if i == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            if fmt == "txt":
+                if "\x00" in line:
+                    raise InputError(f"{p.name}: NUL byte on line {i}; it looks like a binary file, not text")
+                buf.append(line.rstrip("\r\n"))
+            else:
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except (json.JSONDecodeError, RecursionError):
+                    raise InputError(f"{p.name}: line {i} is not valid JSON {excerpt(line)}") from None
+                if not isinstance(obj, dict):
+                    raise InputError(f"{p.name}: line {i} is JSON but not an object")
+                buf.append(obj)
+            if len(buf) >= chunksize:
+                df = pd.DataFrame({"text": buf}) if fmt == "txt" else pd.DataFrame(buf)
+                df, col = _finish(df, p, col)
+                n += len(df)
+                yield df, col
+                buf = []
+    if buf:
+        df = pd.DataFrame({"text": buf}) if fmt == "txt" else pd.DataFrame(buf)
+        df, col = _finish(df, p, col)
+        n += len(df)
+        yield df, col
+    if n == 0:
+        raise InputError(f"{p.name}: no rows to read")
+
+
+def check_output_path(
+    output: str | os.PathLike, inputs: list[str | os.PathLike] | None = None, overwrite: bool = False
+) -> Path:
+    """Validate an output path before any work is done.
+
+    Raises OutputError when the output is one of the inputs (never allowed), exists
+    and ``overwrite`` is False, or its folder does not exist.
+    """
+    out = Path(output)
+    for inp in inputs or []:
+        if inp is None:
+            continue
+        ip = Path(inp)
+        if ip.exists() and out.exists() and os.path.samefile(ip, out) or out.resolve() == ip.resolve():
+            raise OutputError(f"output {str(out)!r} is the input file; choose another --output")
+    if out.exists() and not overwrite:
+        raise OutputError(f"output {str(out)!r} already exists; pass --overwrite to replace it")
+    if out.exists() and out.is_dir():
+        raise OutputError(f"output {str(out)!r} is a directory; give a file name")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.exists():
+        raise OutputError(f"folder {str(parent)!r} of the output does not exist; create it first")
+    return out
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, mode: str = "wb"):
+    """Write ``path`` atomically: yields a temporary path in the same folder, which is
+    renamed onto ``path`` when the block succeeds and deleted when it fails."""
+    out = Path(path)
+    parent = out.parent if str(out.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _write_frame(df: pd.DataFrame, path: Path, fmt: str, text_column: str, header: bool = True, append=False):
+    if fmt == "txt":
+        with open(path, "a" if append else "w", encoding="utf-8", newline="\n") as fh:
+            for t in df[text_column].astype(str):
+                fh.write(t.replace("\r", " ").replace("\n", " ") + "\n")
+    elif fmt == "csv":
+        df.to_csv(path, index=False, header=header, mode="a" if append else "w", quoting=csv.QUOTE_MINIMAL)
+    elif fmt == "tsv":
+        # IANA TSV has no quoting: tabs and line breaks inside fields become spaces.
+        clean = df.copy()
+        for c in clean.columns:
+            if clean[c].dtype == object:
+                clean[c] = clean[c].astype(str).str.replace(r"[\t\r\n]", " ", regex=True)
+        clean.to_csv(path, sep="\t", index=False, header=header, mode="a" if append else "w",
+                     quoting=csv.QUOTE_NONE, escapechar=None)
+    elif fmt == "jsonl":
+        with open(path, "a" if append else "w", encoding="utf-8") as fh:
+            df.to_json(fh, orient="records", lines=True, force_ascii=False)
+            # pandas omits the trailing newline before some versions; keep lines separated
+    else:
+        raise ValueError(fmt)
+
+
+def write_table(
+    df: pd.DataFrame, path: str | os.PathLike, text_column: str = "text", fmt: str | None = None
+) -> Path:
+    """Write ``df`` to ``path`` atomically in the format of its suffix (or ``fmt``).
+
+    Plain text writes only ``text_column``, one document per line (newlines inside a
+    document become spaces). Returns the path.
+    """
+    out = Path(path)
+    fmt = detect_format(out, fmt)
+    with atomic_output(out) as tmp:
+        if fmt == "parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            _write_frame(df, tmp, fmt, text_column)
+    return out
+
+
+class TableWriter:
+    """Incremental, atomic writer for streamed outputs.
+
+    Use as a context manager; call :meth:`write` per chunk. The file appears at
+    ``path`` only when the block exits without error.
+    """
+
+    def __init__(self, path: str | os.PathLike, text_column: str = "text", fmt: str | None = None):
+        self.path = Path(path)
+        self.fmt = detect_format(self.path, fmt)
+        self.text_column = text_column
+        self._cm = None
+        self._tmp: Path | None = None
+        self._pq = None
+        self._first = True
+        self.rows = 0
+
+    def __enter__(self):
+        self._cm = atomic_output(self.path)
+        self._tmp = self._cm.__enter__()
+        return self
+
+    def write(self, df: pd.DataFrame) -> None:
+        if self.fmt == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.Table.from_pandas(df, preserve_index=False)
+            if self._pq is None:
+                self._pq = pq.ParquetWriter(self._tmp, table.schema)
+            self._pq.write_table(table.cast(self._pq.schema))
+        else:
+            _write_frame(df, self._tmp, self.fmt, self.text_column, header=self._first, append=not self._first)
+        self._first = False
+        self.rows += len(df)
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._pq is not None:
+            self._pq.close()
+        return self._cm.__exit__(exc_type, exc, tb)

@@ -1,0 +1,106 @@
+"""Random generators for DP noise.
+
+Default: a cryptographically secure generator, ChaCha20 (``randomgen.ChaCha`` with
+20 rounds) keyed from the operating system's entropy source (:mod:`secrets`),
+wrapped in a :class:`numpy.random.Generator` so that every vectorised numpy
+sampler can draw from it in bulk.
+
+Seeded mode: ``seed=<int>`` keys the same ChaCha20 stream from
+``numpy.random.SeedSequence(seed)``. The output is reproducible, which is what a
+research run wants and exactly what a release must not have: every card records
+``"seeded": true`` with the note ``"not for release"``.
+
+Parallel workers never share a stream: :func:`spawn` derives independent child
+generators from one :class:`~numpy.random.SeedSequence` (the official SanText
+code's workers repeated each other's noise).
+
+The global numpy state (``np.random.seed``, ``np.random.laplace`` ...) is never used.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+import numpy as np
+
+try:  # randomgen is a core dependency; the fallback only keeps imports working in odd envs
+    from randomgen import ChaCha as _ChaCha
+except ImportError:  # pragma: no cover - exercised only without randomgen
+    _ChaCha = None
+
+__all__ = ["RandomSource", "make_rng", "spawn", "seed_mode"]
+
+SEEDED_NOTE = "seeded: reproducible, not for release"
+SECURE_NOTE = "cryptographically secure (ChaCha20 keyed from OS entropy)"
+
+
+def _bitgen(seq: np.random.SeedSequence) -> np.random.BitGenerator:
+    if _ChaCha is not None:
+        return _ChaCha(seed=seq, rounds=20)
+    return np.random.PCG64(seq)  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class RandomSource:
+    """A seed sequence plus whether it came from a user seed.
+
+    ``seed_sequence`` is the root every generator of a run is derived from;
+    ``seeded`` tells cards whether the run is reproducible (not for release).
+    """
+
+    seed_sequence: np.random.SeedSequence
+    seeded: bool
+    seed: int | None = None
+
+    def generator(self) -> np.random.Generator:
+        """A generator on the root stream."""
+        return np.random.Generator(_bitgen(self.seed_sequence))
+
+    def spawn(self, n: int) -> list[np.random.Generator]:
+        """``n`` independent generators for parallel workers (SeedSequence.spawn)."""
+        return [np.random.Generator(_bitgen(s)) for s in self.seed_sequence.spawn(n)]
+
+    def describe(self) -> dict:
+        """The card entry: ``{"seeded": bool, "seed": int|None, "generator": str, "note": str}``."""
+        return {
+            "seeded": self.seeded,
+            "seed": self.seed,
+            "generator": "ChaCha20" if _ChaCha is not None else "PCG64",
+            "note": SEEDED_NOTE if self.seeded else SECURE_NOTE,
+        }
+
+
+def random_source(seed: int | None = None) -> RandomSource:
+    """A :class:`RandomSource`: OS entropy when ``seed`` is None, else reproducible.
+
+    Raises :class:`textdp.errors.ParameterError` for a negative or non-integer seed.
+    """
+    from textdp.errors import ParameterError
+
+    if seed is None:
+        return RandomSource(np.random.SeedSequence(secrets.randbits(256)), seeded=False)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ParameterError(f"seed must be a non-negative integer, got {seed!r}")
+    return RandomSource(np.random.SeedSequence(int(seed)), seeded=True, seed=int(seed))
+
+
+def make_rng(seed: int | None | np.random.Generator = None) -> np.random.Generator:
+    """A numpy Generator for DP noise: CSPRNG (ChaCha20, OS entropy) by default.
+
+    ``seed`` may be ``None`` (secure, fresh), a non-negative int (reproducible,
+    not for release) or an existing Generator (returned unchanged).
+    """
+    if isinstance(seed, np.random.Generator):
+        return seed
+    return random_source(seed).generator()
+
+
+def spawn(rng: np.random.Generator, n: int) -> list[np.random.Generator]:
+    """``n`` independent child generators of ``rng`` (numpy's Generator.spawn)."""
+    return list(rng.spawn(n))
+
+
+def seed_mode(seed: int | None) -> dict:
+    """Card entry for a run with this seed (see :meth:`RandomSource.describe`)."""
+    return random_source(seed).describe()
