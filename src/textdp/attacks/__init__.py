@@ -1,0 +1,1 @@
+"""Attacks on text privacy: mechanism-aware inversion, mask-token inference and model inversion."""
