@@ -1,0 +1,212 @@
+"""Latent Dirichlet allocation trained by collapsed Gibbs sampling (numba).
+
+:class:`GibbsState` holds the sampler state (true integer counts, assignments,
+prior) and runs sweeps; :class:`LDA` is the non-private trainer that returns a
+:class:`textdp.topics.model.TopicModel`. The private trainers in
+:mod:`textdp.topics.private` reuse :class:`GibbsState`.
+
+Randomness: one explicit generator per run (:func:`textdp.noise.make_rng`; a
+ChaCha20 CSPRNG unless a seed is given). Each sweep draws its N uniforms from it
+in bulk and passes them to the numba kernel, which has no random state of its own.
+The global numpy state is never used.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import numpy as np
+
+from textdp.accounting.guarantees import NoPrivacy
+from textdp.errors import InputError, ParameterError
+from textdp.noise import make_rng, random_source
+from textdp.topics import _kernels as kern
+from textdp.topics.corpus import Corpus
+
+__all__ = ["LDA", "GibbsState", "check_hyperparameters"]
+
+
+def check_hyperparameters(n_topics, alpha, beta, iterations=1) -> tuple[int, float, float, int]:
+    """Validate K >= 1, α > 0, β > 0 (finite), iterations >= 1; return them typed.
+
+    Raises ParameterError with a one-line message.
+    """
+    if isinstance(n_topics, bool) or not isinstance(n_topics, (int, np.integer)) or n_topics < 1:
+        raise ParameterError(f"number of topics K must be an integer >= 1, got {n_topics!r}")
+    for name, v in (("alpha", alpha), ("beta", beta)):
+        try:
+            fv = float(v)
+        except (TypeError, ValueError):
+            raise ParameterError(f"{name} must be a positive number, got {v!r}") from None
+        if not math.isfinite(fv) or fv <= 0:
+            raise ParameterError(f"{name} must be a positive finite number, got {v!r}")
+    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
+        raise ParameterError(f"iterations must be an integer >= 1, got {iterations!r}")
+    return int(n_topics), float(alpha), float(beta), int(iterations)
+
+
+def check_corpus(corpus: Corpus, n_topics: int) -> None:
+    """Raise InputError for an empty corpus, fewer documents than topics, or a one-word vocabulary."""
+    if not isinstance(corpus, Corpus):
+        raise ParameterError(f"expected a textdp.topics.Corpus, got {type(corpus).__name__}; build one with Corpus.from_texts")
+    if corpus.n_tokens == 0 or corpus.n_docs == 0:
+        raise InputError("the corpus has no tokens; every document is empty after preprocessing")
+    if corpus.n_words < 2:
+        raise InputError("the vocabulary has fewer than two words; a topic model needs at least two")
+    if corpus.n_docs < n_topics:
+        raise InputError(f"the corpus has {corpus.n_docs} documents, fewer than K={n_topics} topics; "
+                         "lower --k or give a larger corpus")
+
+
+class GibbsState:
+    """State of a CGS run on one corpus.
+
+    Arrays: ``W, D, Z`` (N,) int32; ``nwk`` (V, K) int32; ``ndk`` (M, K) int32;
+    ``nk`` (K,) int64. Prior: symmetric ``beta`` (float) or, when ``beta_wk``
+    (V, K) float64 is given, the asymmetric per-topic-word prior β_{k,w}.
+    """
+
+    def __init__(self, corpus: Corpus, n_topics: int, alpha: float, beta: float, rng: np.random.Generator,
+                 beta_wk: np.ndarray | None = None):
+        self.corpus = corpus
+        self.K = int(n_topics)
+        self.V = corpus.n_words
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        self.rng = rng
+        self.W = np.ascontiguousarray(corpus.word_ids, dtype=np.int32)
+        self.D = np.ascontiguousarray(corpus.doc_ids, dtype=np.int32)
+        self.doc_len = np.ascontiguousarray(corpus.doc_lengths, dtype=np.int64)
+        self.Z = rng.integers(0, self.K, size=self.W.shape[0]).astype(np.int32)
+        self.nwk = np.zeros((self.V, self.K), dtype=np.int32)
+        self.ndk = np.zeros((corpus.n_docs, self.K), dtype=np.int32)
+        self.nk = np.zeros(self.K, dtype=np.int64)
+        kern.init_counts(self.W, self.D, self.Z, self.nwk, self.ndk, self.nk)
+        self.set_prior(beta_wk)
+
+    def set_prior(self, beta_wk: np.ndarray | None) -> None:
+        """Use the asymmetric prior ``beta_wk`` (V, K) (all entries > 0), or the symmetric β when None."""
+        if beta_wk is None:
+            self.beta_wk = None
+            self.beta_k = None
+            return
+        b = np.ascontiguousarray(beta_wk, dtype=np.float64)
+        if b.shape != (self.V, self.K):
+            raise ParameterError(f"asymmetric prior must have shape (V, K) = {(self.V, self.K)}, got {b.shape}")
+        if not np.all(np.isfinite(b)) or np.any(b <= 0):
+            raise ParameterError("asymmetric topic-word prior must be positive and finite everywhere")
+        self.beta_wk = b
+        self.beta_k = b.sum(axis=0)
+
+    def sweep(self) -> None:
+        """One CGS sweep over all tokens (true counts updated in place)."""
+        U = self.rng.random(self.W.shape[0])
+        if self.beta_wk is None:
+            kern.sweep_symmetric(self.W, self.D, self.Z, self.nwk, self.ndk, self.nk, self.alpha, self.beta,
+                                 self.V * self.beta, U)
+        else:
+            kern.sweep_prior(self.W, self.D, self.Z, self.nwk, self.ndk, self.nk, self.alpha, self.beta_wk,
+                             self.beta_k, U)
+
+    def sweep_with_view(self, phi_wk: np.ndarray) -> None:
+        """One sweep whose topic-word term is the fixed ``phi_wk`` (V, K) (HDP-LDA's noisy view).
+
+        True counts ``nwk``/``nk`` are still updated, never touched by noise.
+        """
+        U = self.rng.random(self.W.shape[0])
+        kern.sweep_fixed_phi(self.W, self.D, self.Z, np.ascontiguousarray(phi_wk), self.ndk, self.alpha, U,
+                             self.nwk, self.nk, True)
+
+    def log_likelihood(self) -> float:
+        """Joint log p(w, z) of the current state (true counts; data-dependent, never released)."""
+        if self.beta_wk is None:
+            return float(kern.log_likelihood_symmetric(self.nwk, self.ndk, self.nk, self.doc_len, self.alpha,
+                                                       self.beta))
+        return float(kern.log_likelihood_prior(self.nwk, self.ndk, self.nk, self.doc_len, self.alpha,
+                                               self.beta_wk, self.beta_k))
+
+    def phi(self) -> np.ndarray:
+        """(K, V) float64 topic-word estimate (n_k^(w) + β_{k,w}) / (n_k + Σ_w β_{k,w}) from the true counts."""
+        if self.beta_wk is None:
+            return ((self.nwk + self.beta) / (self.nk + self.V * self.beta)).T.copy()
+        return ((self.nwk + self.beta_wk) / (self.nk + self.beta_k)).T.copy()
+
+    def check_consistency(self) -> bool:
+        """True when the count arrays equal the counts recomputed from the assignments."""
+        nwk = np.zeros_like(self.nwk)
+        ndk = np.zeros_like(self.ndk)
+        nk = np.zeros_like(self.nk)
+        kern.init_counts(self.W, self.D, self.Z, nwk, ndk, nk)
+        return bool(np.array_equal(nwk, self.nwk) and np.array_equal(ndk, self.ndk) and np.array_equal(nk, self.nk))
+
+
+Callback = Callable[[int, "float | None", GibbsState], None]
+
+
+class LDA:
+    """Non-private LDA by collapsed Gibbs sampling (Griffiths & Steyvers 2004).
+
+    Parameters: ``n_topics`` K >= 1; symmetric ``alpha`` (doc-topic) and ``beta``
+    (topic-word) > 0; ``iterations`` sweeps; ``seed`` None (CSPRNG) or int
+    (reproducible, not for release); ``ll_every``: compute the log-likelihood every
+    this many sweeps (0 = never; the last sweep always).
+
+    ``fit(corpus, callback=None)`` returns a :class:`TopicModel` whose topic-word
+    matrix is φ from the final sample. ``callback(iteration, loglik_or_None, state)``
+    is called after every sweep (progress bars, inherent-privacy monitoring).
+    Raises ParameterError / InputError for bad parameters or corpora.
+    """
+
+    privacy = "none"
+
+    def __init__(self, n_topics: int = 20, alpha: float = 0.1, beta: float = 0.01, iterations: int = 200,
+                 seed: int | None = None, ll_every: int = 10):
+        self.n_topics, self.alpha, self.beta, self.iterations = check_hyperparameters(n_topics, alpha, beta,
+                                                                                      iterations)
+        self.seed = seed
+        self.ll_every = int(ll_every)
+
+    @property
+    def guarantee(self):
+        return NoPrivacy(reason="non-private collapsed Gibbs sampling (its inherent privacy is data-dependent; "
+                                "see textdp.topics.cgs_inherent_epsilon)")
+
+    def params(self) -> dict:
+        return {"n_topics": self.n_topics, "alpha": self.alpha, "beta": self.beta, "iterations": self.iterations}
+
+    def fit(self, corpus: Corpus, callback: Callback | None = None):
+        from textdp.topics.model import TopicModel
+
+        check_corpus(corpus, self.n_topics)
+        src = random_source(self.seed)
+        rng = src.generator()
+        t0 = time.perf_counter()
+        state = GibbsState(corpus, self.n_topics, self.alpha, self.beta, rng)
+        lls = run_sweeps(state, self.iterations, self.ll_every, callback)
+        secs = time.perf_counter() - t0
+        return TopicModel(
+            topic_word=state.phi(), vocabulary=list(corpus.vocabulary), alpha=self.alpha, beta=self.beta,
+            method="lda", params=self.params(), guarantee=self.guarantee,
+            accounting={"mechanism": "none", "note": "no privacy: topic-word counts are released as is"},
+            info={"n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens, "seconds": secs,
+                  "log_likelihood": lls, "preprocessing": corpus.preprocessing},
+            seed=src.describe(), topic_word_counts=state.nwk.T.copy(),
+        )
+
+
+def run_sweeps(state: GibbsState, iterations: int, ll_every: int, callback: Callback | None,
+               sweep: Callable[[], None] | None = None) -> list[list[float]]:
+    """Run ``iterations`` sweeps; returns [[iteration, loglik], ...] for the sweeps where it was computed."""
+    lls = []
+    step = sweep or state.sweep
+    for it in range(1, iterations + 1):
+        step()
+        ll = None
+        if (ll_every and it % ll_every == 0) or it == iterations:
+            ll = state.log_likelihood()
+            lls.append([it, ll])
+        if callback is not None:
+            callback(it, ll, state)
+    return lls

@@ -1,0 +1,270 @@
+"""A trained topic model: the released topic-word matrix plus what it promises.
+
+Saved format (a folder, open formats only):
+
+* ``model.npz``: ``topic_word`` (K, V) float64, rows sum to 1 (φ); for
+  non-private models also ``topic_word_counts`` (K, V) int32. Private models never
+  store true counts.
+* ``model.json``: format version, method, hyperparameters, vocabulary (index =
+  column of φ), guarantee (``textdp.accounting.guarantees`` dict), privacy
+  accounting, seed mode, sizes, textdp version.
+* ``model.card.json``: the privacy card (mechanism, parameters, guarantee, unit,
+  data sizes, version, seed mode, time).
+
+Exports (:meth:`TopicModel.export`): ``gensim`` writes ``topics.npy`` (K, V) float64
+(what ``gensim.models.LdaModel.get_topics()`` returns) and ``dictionary.txt`` in the
+format of ``gensim.corpora.Dictionary.save_as_text`` (loadable with
+``Dictionary.load_from_text``); ``csv`` writes ``topic_word.csv`` (one row per word,
+one column per topic) and ``top_words.csv``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from textdp.accounting.guarantees import Guarantee, NoPrivacy, guarantee_from_dict
+from textdp.errors import InputError, OutputError, ParameterError
+from textdp.topics import evaluation as ev
+from textdp.topics.corpus import Corpus
+
+__all__ = ["TopicModel", "load_model", "FORMAT_VERSION"]
+
+FORMAT_VERSION = 1
+
+
+def _version() -> str:
+    try:
+        from textdp import __version__
+
+        return __version__
+    except ImportError:  # pragma: no cover
+        return "unknown"
+
+
+@dataclass
+class TopicModel:
+    """A trained LDA model.
+
+    topic_word: (K, V) float64 φ (rows normalised on construction); vocabulary: V
+    words; alpha, beta: the hyperparameters used (α is also the fold-in prior);
+    method: ``lda``/``hdp-lda``/``lp-lda``/``olp-lda``; guarantee: what the release
+    promises; accounting: how it was computed; info: sizes, timings,
+    log-likelihood trace (non-private only); seed: seed mode dict.
+    """
+
+    topic_word: np.ndarray
+    vocabulary: list[str]
+    alpha: float
+    beta: float
+    method: str = "lda"
+    params: dict = field(default_factory=dict)
+    guarantee: Guarantee = field(default_factory=NoPrivacy)
+    accounting: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+    seed: dict = field(default_factory=dict)
+    topic_word_counts: np.ndarray | None = None
+
+    def __post_init__(self):
+        phi = np.asarray(self.topic_word, dtype=np.float64)
+        if phi.ndim != 2 or phi.shape[1] != len(self.vocabulary):
+            raise ParameterError(f"topic-word matrix {phi.shape} does not match a vocabulary of {len(self.vocabulary)}")
+        if not np.all(np.isfinite(phi)) or np.any(phi < 0) or np.any(phi.sum(axis=1) <= 0):
+            raise ParameterError("topic-word matrix must be finite, non-negative, with positive row sums")
+        self.topic_word = phi / phi.sum(axis=1, keepdims=True)
+
+    @property
+    def n_topics(self) -> int:
+        return int(self.topic_word.shape[0])
+
+    # -- use -----------------------------------------------------------------------------------------------
+    def top_words(self, n: int = 10) -> list[list[str]]:
+        """The ``n`` most probable words of each topic."""
+        return [[self.vocabulary[i] for i in row] for row in ev.top_word_ids(self.topic_word, n)]
+
+    def corpus_from_texts(self, texts) -> Corpus:
+        """Tokenize texts over the model's vocabulary (same preprocessing as training; unknown words dropped)."""
+        c = Corpus(np.zeros(0, np.int32), np.zeros(0, np.int32), list(self.vocabulary), np.zeros(0, np.int64),
+                   np.zeros(0, np.int64), preprocessing=self.info.get("preprocessing", {}))
+        return c.transform_texts(texts)
+
+    def _as_corpus(self, docs) -> Corpus:
+        if isinstance(docs, Corpus):
+            if list(docs.vocabulary) != list(self.vocabulary):
+                raise ParameterError("the corpus uses another vocabulary; build it with model.corpus_from_texts(texts)")
+            return docs
+        return self.corpus_from_texts(list(docs))
+
+    def transform(self, docs, iterations: int = 50, burn_in: int = 10, seed=None) -> np.ndarray:
+        """Document-topic distributions (M, K) of new documents (texts or a Corpus) by fold-in.
+
+        Documents empty over the vocabulary are skipped (see ``Corpus.kept_docs``).
+        """
+        c = self._as_corpus(docs)
+        if c.n_docs == 0:
+            return np.zeros((0, self.n_topics))
+        return ev.fold_in(self.topic_word, c, self.alpha, iterations, burn_in, seed)
+
+    def perplexity(self, docs, protocol: str = "fold-in", iterations: int = 50, burn_in: int = 10, seed=None) -> float:
+        """Held-out perplexity (see :mod:`textdp.topics.evaluation` for the protocol)."""
+        c = self._as_corpus(docs)
+        if c.n_docs == 0:
+            raise InputError("no held-out document has a word of the model's vocabulary")
+        return ev.perplexity(self.topic_word, c, self.alpha, protocol, iterations, burn_in, seed)
+
+    def coherence(self, docs, top_n: int = 10) -> np.ndarray:
+        """NPMI coherence (K,) of each topic over ``docs`` (usually the training corpus)."""
+        return ev.npmi_coherence(self.topic_word, self._as_corpus(docs), top_n)
+
+    # -- cards and files -----------------------------------------------------------------------------------
+    def card(self) -> dict:
+        """The privacy card of this release (JSON-ready dict)."""
+        g = self.guarantee
+        return {
+            "mechanism": self.method,
+            "release": "topic-word matrix (K x V)",
+            "parameters": self.params,
+            "guarantee": g.to_dict(),
+            "guarantee_text": g.describe(),
+            "unit": getattr(g, "unit", None),
+            "neighbours": getattr(g, "neighbours", None),
+            "accounting": self.accounting,
+            "data": {k: self.info[k] for k in ("n_docs", "n_tokens") if k in self.info}
+                    | {"n_words": len(self.vocabulary), "n_topics": self.n_topics},
+            "library": {"name": "textdp", "version": _version()},
+            "seed": self.seed,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+
+    def to_json(self) -> dict:
+        info = dict(self.info)
+        return {
+            "format": "textdp-topic-model", "format_version": FORMAT_VERSION, "textdp_version": _version(),
+            "method": self.method, "n_topics": self.n_topics, "alpha": self.alpha, "beta": self.beta,
+            "params": self.params, "guarantee": self.guarantee.to_dict(), "accounting": self.accounting,
+            "seed": self.seed, "info": info, "vocabulary": list(self.vocabulary),
+        }
+
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
+        """Write the model folder atomically (see the module docstring). Returns the folder.
+
+        Raises OutputError when ``path`` exists and ``overwrite`` is False, is a file,
+        or its parent folder is missing.
+        """
+        out = Path(path)
+        parent = out.parent if str(out.parent) else Path(".")
+        if not parent.is_dir():
+            raise OutputError(f"folder {str(parent)!r} of the output does not exist; create it first")
+        if out.exists() and not overwrite:
+            raise OutputError(f"output {str(out)!r} already exists; pass --overwrite to replace it")
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"output {str(out)!r} is a file; give a folder name for the model")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+        try:
+            arrays = {"topic_word": self.topic_word}
+            if self.topic_word_counts is not None and self.method == "lda":
+                arrays["topic_word_counts"] = np.asarray(self.topic_word_counts, dtype=np.int32)
+            np.savez_compressed(tmp / "model.npz", **arrays)
+            (tmp / "model.json").write_text(json.dumps(self.to_json(), indent=1, default=_json_default), "utf-8")
+            (tmp / "model.card.json").write_text(json.dumps(self.card(), indent=2, default=_json_default), "utf-8")
+            if out.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
+                os.replace(out, old / "m")
+                os.replace(tmp, out)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return out
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "TopicModel":
+        """Load a folder written by :meth:`save`. Raises InputError when it is not a textdp topic model."""
+        p = Path(path)
+        if not (p / "model.json").is_file() or not (p / "model.npz").is_file():
+            raise InputError(f"{str(p)!r} is not a textdp topic model folder (model.json and model.npz missing)")
+        try:
+            meta = json.loads((p / "model.json").read_text("utf-8"))
+            with np.load(p / "model.npz") as z:
+                phi = z["topic_word"]
+                counts = z["topic_word_counts"] if "topic_word_counts" in z.files else None
+        except (ValueError, KeyError, OSError) as exc:
+            raise InputError(f"{str(p)!r}: cannot read the model ({type(exc).__name__}: {str(exc)[:100]})") from None
+        if meta.get("format") != "textdp-topic-model":
+            raise InputError(f"{str(p)!r}: model.json is not a textdp topic model")
+        if int(meta.get("format_version", 0)) > FORMAT_VERSION:
+            raise InputError(f"{str(p)!r}: saved by a newer textdp (format {meta['format_version']}); upgrade textdp")
+        return cls(topic_word=phi, vocabulary=meta["vocabulary"], alpha=meta["alpha"], beta=meta["beta"],
+                   method=meta["method"], params=meta.get("params", {}),
+                   guarantee=guarantee_from_dict(meta["guarantee"]), accounting=meta.get("accounting", {}),
+                   info=meta.get("info", {}), seed=meta.get("seed", {}), topic_word_counts=counts)
+
+    def export(self, path: str | os.PathLike, format: str = "gensim", top_n: int = 20, overwrite: bool = False) -> list[Path]:
+        """Export to ``gensim`` (topics.npy + dictionary.txt) or ``csv`` (topic_word.csv + top_words.csv) in folder ``path``.
+
+        Returns the written files. Raises ParameterError for an unknown format and
+        OutputError for existing files without ``overwrite``.
+        """
+        out = Path(path)
+        out.mkdir(parents=False, exist_ok=True) if out.parent.is_dir() else None
+        if not out.is_dir():
+            raise OutputError(f"cannot create export folder {str(out)!r}; create its parent first")
+        if format == "gensim":
+            names = ["topics.npy", "dictionary.txt"]
+        elif format == "csv":
+            names = ["topic_word.csv", "top_words.csv"]
+        else:
+            raise ParameterError(f"unknown export format {format!r}; use 'gensim' or 'csv'")
+        files = [out / n for n in names]
+        for f in files:
+            if f.exists() and not overwrite:
+                raise OutputError(f"{str(f)!r} already exists; pass --overwrite to replace it")
+        from textdp.data.io import atomic_output
+
+        if format == "gensim":
+            with atomic_output(files[0]) as tmp:
+                with open(tmp, "wb") as fh:
+                    np.save(fh, self.topic_word)
+            with atomic_output(files[1]) as tmp:
+                # gensim Dictionary.save_as_text: first line = number of documents, then id<TAB>word<TAB>docfreq.
+                # Document frequencies are not part of a (private) release: written as 0.
+                lines = ["0"] + [f"{i}\t{w}\t0" for i, w in enumerate(self.vocabulary)]
+                Path(tmp).write_text("\n".join(lines) + "\n", "utf-8")
+        else:
+            import pandas as pd
+
+            df = pd.DataFrame(self.topic_word.T, columns=[f"topic_{k}" for k in range(self.n_topics)])
+            df.insert(0, "word", self.vocabulary)
+            with atomic_output(files[0]) as tmp:
+                df.to_csv(tmp, index=False)
+            tw = self.top_words(top_n)
+            rows = [{"topic": k, "rank": r + 1, "word": w, "probability": float(self.topic_word[k, self.vocabulary.index(w)])}
+                    for k, ws in enumerate(tw) for r, w in enumerate(ws)]
+            with atomic_output(files[1]) as tmp:
+                pd.DataFrame(rows).to_csv(tmp, index=False)
+        return files
+
+
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def load_model(path: str | os.PathLike) -> TopicModel:
+    """Load a saved topic model folder (see :meth:`TopicModel.load`)."""
+    return TopicModel.load(path)

@@ -1,0 +1,434 @@
+"""Differentially private LDA trainers (Zhao et al., IEEE TIFS 2021): HDP-LDA, LP-LDA, OLP-LDA.
+
+Each trainer exposes ``.guarantee`` (a :mod:`textdp.accounting.guarantees` object)
+and ``fit(corpus, callback=None) -> TopicModel``; the model carries the guarantee
+and the accounting. Randomness: one generator per run from
+:func:`textdp.noise.random_source` (CSPRNG unless seeded); Laplace noise and
+randomized response go through :mod:`textdp.noise`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import numpy as np
+
+from textdp.accounting.guarantees import ApproxDP, LocalDP, PureDP
+from textdp.errors import InputError, ParameterError
+from textdp.noise import laplace, random_source
+from textdp.topics.corpus import Corpus
+from textdp.topics.lda import Callback, GibbsState, check_corpus, check_hyperparameters, run_sweeps
+from textdp.topics.privacy import (
+    bayes_denoise,
+    flip_for_epsilon,
+    lp_epsilon,
+    reconstruct_corpus,
+    rr_encode,
+    rr_estimate,
+    rr_variance,
+)
+
+__all__ = ["HDPLDA", "LPLDA", "OLPLDA", "laplace_composition"]
+
+
+def _check_eps(epsilon, name="epsilon") -> float:
+    try:
+        e = float(epsilon)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{name} must be a positive number, got {epsilon!r}") from None
+    if not (e > 0 and math.isfinite(e)):
+        raise ParameterError(f"{name} must be a positive finite number, got {epsilon!r}")
+    return e
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Accounting of repeated Laplace releases
+# ------------------------------------------------------------------------------------------------------------
+def laplace_composition(epsilon: float, releases: int, sensitivity: float, delta: float = 0.0) -> dict:
+    """Calibrate the Laplace scale of ``releases`` adaptive releases with L1 ``sensitivity``
+    so that the whole run is ε-DP (δ = 0) or (ε, δ)-DP (δ > 0).
+
+    δ = 0: basic composition of pure DP (dp_accounting has no pure-DP accountant that
+    is tighter): each release gets ε_t = ε / releases and scale b = Δ₁/ε_t.
+    δ > 0: dp_accounting's PLD accountant on ``releases`` self-composed
+    ``LaplaceDpEvent(b/Δ₁)``, with b found by ``dp_accounting.calibrate_dp_mechanism``
+    (the smallest noise whose composed ε at δ is <= the target); never larger than the
+    δ = 0 scale. Returns {"scale", "epsilon_per_release", "composition", "epsilon", "delta"}.
+    """
+    epsilon = _check_eps(epsilon)
+    releases = int(releases)
+    if releases < 1:
+        raise ParameterError("at least one release is needed")
+    if not (0.0 <= float(delta) < 1.0):
+        raise ParameterError(f"delta must be in [0, 1), got {delta!r}")
+    basic = sensitivity * releases / epsilon
+    out = {"scale": basic, "epsilon_per_release": epsilon / releases, "composition": "basic (pure DP)",
+           "epsilon": epsilon, "delta": 0.0, "releases": releases, "sensitivity_l1": sensitivity}
+    if delta > 0:
+        import dp_accounting
+        from dp_accounting.pld import PLDAccountant
+
+        def event(mult):
+            return dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(mult), releases)
+
+        try:
+            mult = dp_accounting.calibrate_dp_mechanism(
+                PLDAccountant, event, epsilon, float(delta),
+                bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, basic / sensitivity))
+        except Exception:  # noqa: BLE001 - fall back to the always-valid basic composition
+            mult = basic / sensitivity
+        scale = min(basic, mult * sensitivity)
+        acc = PLDAccountant()
+        acc.compose(event(scale / sensitivity))
+        out.update(scale=scale, epsilon_per_release=sensitivity / scale, delta=float(delta),
+                   composition="dp_accounting PLD (Laplace, self-composed)",
+                   epsilon_achieved=float(acc.get_epsilon(float(delta))))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# HDP-LDA
+# ------------------------------------------------------------------------------------------------------------
+class HDPLDA:
+    """HDP-LDA: centralized CGS whose topic-word statistics are released with Laplace noise (spec B.3) [R].
+
+    Mechanism (one run, ``iterations`` sweeps): the curator holds the true counts.
+    The first sweep uses a data-independent view (φ drawn from Dir(β)). After every
+    ``sweeps_per_release`` sweeps it releases the noisy view
+    ñ_k^(w) = max(n_k^(w) + Lap(b), 0) (a separate float array; the integer counts are
+    never touched) and the following sweeps sample with the topic-word term fixed to
+    φ̃ = (ñ_k^(w) + β)/(ñ_k + Vβ), ñ_k = Σ_w ñ_k^(w) (post-processing, no extra cost),
+    as workers of a distributed sampler would. The model is φ̃ of the last release.
+    Releases: R = ceil(iterations / sweeps_per_release).
+
+    Sensitivity (L1, per release) -- ``unit``:
+
+    * ``"document"`` (default; the formal guarantee): documents are truncated to
+      ``max_doc_length`` = L tokens. Condition on the sampler's uniforms and the past
+      releases: a document's own assignments depend only on the released views and
+      its own tokens, so replacing one document changes only that document's ≤ L
+      tokens' cells: Δ₁ = 2L. The same holds for one changed token (its document's
+      assignments can all move), so the guarantee is stated per document.
+    * ``"token-paper"``: Δ₁ = 2 for one replaced token (one cell −1, one +1), the
+      spec's reading of the paper. It holds only if the other tokens' topic
+      assignments did not react to the change, which Gibbs sampling does not ensure;
+      registered as a *broken* replica (``topics.hdp-lda-paper``) for audits.
+
+    Budget: ``epsilon`` for the whole run (all R releases), split evenly (basic
+    composition, pure ε-DP) or, with ``delta > 0``, calibrated with dp_accounting's
+    PLD accountant (:func:`laplace_composition`). The inherent randomness of CGS is
+    *not* credited (it is data-dependent, spec B.2). Topic assignments and
+    document-topic counts are never released.
+    """
+
+    privacy = "hdp"
+
+    def __init__(self, n_topics: int = 20, epsilon: float = 1.0, alpha: float = 0.1, beta: float = 0.01,
+                 iterations: int = 100, sweeps_per_release: int = 1, delta: float = 0.0, unit: str = "document",
+                 max_doc_length: int = 200, seed: int | None = None, ll_every: int = 10):
+        self.n_topics, self.alpha, self.beta, self.iterations = check_hyperparameters(n_topics, alpha, beta,
+                                                                                      iterations)
+        self.epsilon = _check_eps(epsilon)
+        if not (0.0 <= float(delta) < 1.0):
+            raise ParameterError(f"delta must be in [0, 1), got {delta!r}")
+        self.delta = float(delta)
+        if unit not in ("document", "token-paper"):
+            raise ParameterError(f"unit must be 'document' or 'token-paper', got {unit!r}")
+        self.unit = unit
+        if int(sweeps_per_release) < 1:
+            raise ParameterError(f"sweeps_per_release must be >= 1, got {sweeps_per_release!r}")
+        self.sweeps_per_release = int(sweeps_per_release)
+        if int(max_doc_length) < 1:
+            raise ParameterError(f"max_doc_length must be >= 1, got {max_doc_length!r}")
+        self.max_doc_length = int(max_doc_length)
+        self.seed = seed
+        self.ll_every = int(ll_every)
+
+    @property
+    def releases(self) -> int:
+        return -(-self.iterations // self.sweeps_per_release)
+
+    @property
+    def sensitivity(self) -> float:
+        """L1 sensitivity of one release of the (V, K) topic-word counts."""
+        return 2.0 * self.max_doc_length if self.unit == "document" else 2.0
+
+    def accounting(self) -> dict:
+        acc = laplace_composition(self.epsilon, self.releases, self.sensitivity, self.delta)
+        acc.update(mechanism="Laplace on topic-word counts, every release", unit=self.unit,
+                   max_doc_length=self.max_doc_length if self.unit == "document" else None,
+                   sweeps_per_release=self.sweeps_per_release,
+                   not_credited="inherent CGS randomness (data-dependent)",
+                   not_released="topic assignments, document-topic counts, true counts")
+        return acc
+
+    @property
+    def guarantee(self):
+        unit = "document" if self.unit == "document" else "token"
+        if self.delta > 0:
+            return ApproxDP(epsilon=self.epsilon, delta=self.delta, unit=unit, neighbours="replace-one")
+        return PureDP(epsilon=self.epsilon, unit=unit, neighbours="replace-one")
+
+    def params(self) -> dict:
+        return {"n_topics": self.n_topics, "alpha": self.alpha, "beta": self.beta, "iterations": self.iterations,
+                "epsilon": self.epsilon, "delta": self.delta, "unit": self.unit,
+                "max_doc_length": self.max_doc_length, "sweeps_per_release": self.sweeps_per_release}
+
+    def noisy_view(self, nwk: np.ndarray, scale: float, rng) -> np.ndarray:
+        """(V, K) float64 max(n + Lap(scale), 0); ``nwk`` itself is not modified."""
+        return np.maximum(nwk + laplace(scale, nwk.shape, rng), 0.0)
+
+    def _phi_from_view(self, view: np.ndarray) -> np.ndarray:
+        V = view.shape[0]
+        return (view + self.beta) / (view.sum(axis=0) + V * self.beta)
+
+    def fit(self, corpus: Corpus, callback: Callback | None = None):
+        from textdp.topics.model import TopicModel
+
+        check_corpus(corpus, self.n_topics)
+        if self.unit == "document" and corpus.doc_lengths.max() > self.max_doc_length:
+            docs = [d[: self.max_doc_length] for d in corpus.documents()]
+            corpus = Corpus.from_word_ids(docs, corpus.vocabulary, kept=corpus.kept_docs,
+                                          preprocessing=corpus.preprocessing | {"max_doc_length": self.max_doc_length})
+        acc = self.accounting()
+        src = random_source(self.seed)
+        rng = src.generator()
+        t0 = time.perf_counter()
+        state = GibbsState(corpus, self.n_topics, self.alpha, self.beta, rng)
+        V, K = state.V, state.K
+        phi_wk = np.ascontiguousarray(rng.dirichlet(np.full(V, self.beta), size=K).T)  # data-independent start
+        box = {"phi": phi_wk, "sweep": 0, "view": None}
+
+        def step():
+            state.sweep_with_view(box["phi"])
+            box["sweep"] += 1
+            if box["sweep"] % self.sweeps_per_release == 0 or box["sweep"] == self.iterations:
+                box["view"] = self.noisy_view(state.nwk, acc["scale"], rng)
+                box["phi"] = np.ascontiguousarray(self._phi_from_view(box["view"]))
+
+        lls = run_sweeps(state, self.iterations, self.ll_every, callback, sweep=step)
+        secs = time.perf_counter() - t0
+        phi = self._phi_from_view(box["view"]).T.copy()
+        return TopicModel(topic_word=phi, vocabulary=list(corpus.vocabulary), alpha=self.alpha, beta=self.beta,
+                          method="hdp-lda" if self.unit == "document" else "hdp-lda-paper", params=self.params(),
+                          guarantee=self.guarantee, accounting=acc,
+                          info={"n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens, "seconds": secs,
+                                "preprocessing": corpus.preprocessing, "log_likelihood_private": len(lls) > 0},
+                          seed=src.describe())
+
+
+# ------------------------------------------------------------------------------------------------------------
+# LP-LDA
+# ------------------------------------------------------------------------------------------------------------
+def _flip(flip, epsilon) -> float:
+    if (flip is None) == (epsilon is None):
+        raise ParameterError("give exactly one of flip probability f (--flip) or epsilon (--epsilon)")
+    if flip is not None:
+        f = float(flip) if isinstance(flip, (int, float)) else flip
+        lp_epsilon(f)  # validates f in (0, 1)
+        return float(f)
+    return flip_for_epsilon(_check_eps(epsilon))
+
+
+class LPLDA:
+    """LP-LDA: local DP by randomized response on each document's binary word vector (spec B.4) [R].
+
+    Pipeline: each document owner reports its presence vector over the (public)
+    vocabulary through :func:`textdp.noise.randomized_response` (flip probability
+    f/2 per bit); the server estimates every word's document frequency with the
+    unbiased moment estimator (Eq. 8, variance Eq. 9), rebuilds a corpus
+    (:func:`textdp.topics.privacy.reconstruct_corpus`) and runs ordinary CGS on it.
+
+    Guarantee: ε = 2 ln(2/f − 1)-LDP per replaced word in a document (two bits
+    change); everything after the reports is post-processing. Give ``flip`` f or
+    ``epsilon`` (then f = 2/(e^{ε/2} + 1)). ``threshold``: drop words whose estimate
+    is within ``threshold`` standard deviations of 0. The vocabulary must be public
+    for the guarantee to cover it (see :mod:`textdp.topics.corpus`).
+    """
+
+    privacy = "lp"
+
+    def __init__(self, n_topics: int = 20, flip: float | None = None, epsilon: float | None = None,
+                 alpha: float = 0.1, beta: float = 0.01, iterations: int = 100, threshold: float = 1.0,
+                 seed: int | None = None, ll_every: int = 10):
+        self.n_topics, self.alpha, self.beta, self.iterations = check_hyperparameters(n_topics, alpha, beta,
+                                                                                      iterations)
+        self.f = _flip(flip, epsilon)
+        self.threshold = float(threshold)
+        if not (self.threshold >= 0 and math.isfinite(self.threshold)):
+            raise ParameterError(f"threshold must be >= 0, got {threshold!r}")
+        self.seed = seed
+        self.ll_every = int(ll_every)
+
+    @property
+    def epsilon(self) -> float:
+        return lp_epsilon(self.f)
+
+    @property
+    def guarantee(self):
+        return LocalDP(epsilon=self.epsilon, unit="token", neighbours="replace-one")
+
+    def params(self) -> dict:
+        return {"n_topics": self.n_topics, "alpha": self.alpha, "beta": self.beta, "iterations": self.iterations,
+                "flip": self.f, "epsilon": self.epsilon, "threshold": self.threshold}
+
+    def accounting(self) -> dict:
+        return {"mechanism": "randomized response on per-document binary word vectors (flip f/2 per bit)",
+                "flip": self.f, "epsilon": self.epsilon, "formula": "epsilon = 2 ln(2/f - 1) per replaced word",
+                "unit": "word replacement within one document (local)",
+                "post_processing": "moment estimator, reconstruction, CGS"}
+
+    def _train_reconstructed(self, rc: Corpus, rng, callback, beta_wk=None):
+        check_corpus(rc, self.n_topics)
+        state = GibbsState(rc, self.n_topics, self.alpha, self.beta, rng, beta_wk=beta_wk)
+        lls = run_sweeps(state, self.iterations, self.ll_every, callback)
+        return state, lls
+
+    def fit(self, corpus: Corpus, callback: Callback | None = None):
+        from textdp.topics.model import TopicModel
+
+        check_corpus(corpus, self.n_topics)
+        src = random_source(self.seed)
+        rng = src.generator()
+        t0 = time.perf_counter()
+        reports = rr_encode(corpus, self.f, rng)
+        N = reports.n_docs
+        est = rr_estimate(reports.counts(), N, self.f)
+        rc = reconstruct_corpus(reports, est, corpus.vocabulary, rng, self.threshold, rr_variance(N, self.f))
+        if rc.n_docs < self.n_topics or rc.n_tokens == 0:
+            raise InputError(f"after randomized response only {rc.n_docs} non-empty documents remain, fewer than "
+                             f"K={self.n_topics}; raise --epsilon (lower --flip) or --threshold 0")
+        state, lls = self._train_reconstructed(rc, rng, callback)
+        acc = self.accounting() | {"reconstructed_docs": rc.n_docs, "reconstructed_tokens": rc.n_tokens}
+        return TopicModel(topic_word=state.phi(), vocabulary=list(corpus.vocabulary), alpha=self.alpha,
+                          beta=self.beta, method="lp-lda", params=self.params(), guarantee=self.guarantee,
+                          accounting=acc,
+                          info={"n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens,
+                                "seconds": time.perf_counter() - t0, "log_likelihood": lls,
+                                "preprocessing": corpus.preprocessing},
+                          seed=src.describe())
+
+
+# ------------------------------------------------------------------------------------------------------------
+# OLP-LDA
+# ------------------------------------------------------------------------------------------------------------
+class OLPLDA(LPLDA):
+    """OLP-LDA: online LP-LDA over mini-batches with a Bayesian-denoised reconstruction (spec B.5) [R].
+
+    For mini-batch l (``batch_size`` documents, in input order):
+
+    1. the batch's documents report through randomized response (as LP-LDA);
+    2. moment estimate t̂^l (N = |D_l|), then Bayesian denoising
+       t̃ = (1 − ω) t̂ + ω μ with ω = σ²_RR/(σ²_RR + σ²)
+       (:func:`textdp.topics.privacy.bayes_denoise`). Prior mean μ: the pooled moment
+       estimates of the earlier batches scaled to |D_l| (batch 1: the public
+       ``prior_corpus``'s document frequencies, or no denoising). Prior variance σ²:
+       ``prior_variance`` if given, else the variance of μ itself,
+       |D_l|²·c_f/Σ_{j<l}|D_j| (c_f the per-report RR variance), which makes ω the
+       precision weight |earlier| / (|earlier| + |D_l|) for a stationary stream; with
+       a public prior corpus and no ``prior_variance``, σ² = σ²_RR (ω = 1/2);
+    3. rebuild the batch (as LP-LDA) and run ``iterations`` CGS sweeps with the
+       asymmetric prior β^l (Eq. 10 as reconstructed):
+       β^1 = β, β^{l+1}_{k,w} = β^l_{k,w} + λ · n^l_{k,w};
+       λ = 0: batches independent; larger λ: stronger carry-over.
+
+    The model is φ = (n^L + β^L)/(n^L_k + Σ_w β^L_{k,w}) after the last batch. The
+    guarantee is LP-LDA's (each document reports once); all server steps are
+    post-processing. ``batch_perplexity``: optional callable(model) evaluated after
+    each batch (perplexity against the number of mini-batches).
+    """
+
+    privacy = "olp"
+
+    def __init__(self, n_topics: int = 20, flip: float | None = None, epsilon: float | None = None,
+                 alpha: float = 0.1, beta: float = 0.01, iterations: int = 50, batch_size: int = 1000,
+                 lam: float = 0.5, prior_variance: float | None = None, prior_corpus: Corpus | None = None,
+                 threshold: float = 1.0, seed: int | None = None, ll_every: int = 10):
+        super().__init__(n_topics, flip, epsilon, alpha, beta, iterations, threshold, seed, ll_every)
+        if isinstance(batch_size, bool) or int(batch_size) < 1:
+            raise ParameterError(f"batch size must be >= 1, got {batch_size!r}")
+        self.batch_size = int(batch_size)
+        lam = float(lam)
+        if not (0.0 <= lam <= 1.0):
+            raise ParameterError(f"lambda (correlation factor) must be in [0, 1], got {lam!r}")
+        self.lam = lam
+        if prior_variance is not None and not (float(prior_variance) > 0 and math.isfinite(float(prior_variance))):
+            raise ParameterError(f"prior variance must be positive and finite, got {prior_variance!r}")
+        self.prior_variance = None if prior_variance is None else float(prior_variance)
+        self.prior_corpus = prior_corpus
+
+    def params(self) -> dict:
+        return super().params() | {"batch_size": self.batch_size, "lambda": self.lam,
+                                   "prior_variance": self.prior_variance,
+                                   "prior_corpus": self.prior_corpus is not None}
+
+    def fit(self, corpus: Corpus, callback: Callback | None = None, batch_callback=None):
+        from textdp.topics.model import TopicModel
+
+        check_corpus(corpus, self.n_topics)
+        if self.prior_corpus is not None and list(self.prior_corpus.vocabulary) != list(corpus.vocabulary):
+            raise ParameterError("the prior corpus must use the training vocabulary (build it with Corpus.from_texts(..., vocabulary=...))")
+        src = random_source(self.seed)
+        rng = src.generator()
+        t0 = time.perf_counter()
+        V, K = corpus.n_words, self.n_topics
+        c_f = rr_variance(1, self.f)
+        beta_wk = np.full((V, K), self.beta)
+        pooled_est = np.zeros(V)
+        pooled_n = 0
+        state = None
+        batches = []
+        n_batches = -(-corpus.n_docs // self.batch_size)
+        for b in range(n_batches):
+            idx = np.arange(b * self.batch_size, min((b + 1) * self.batch_size, corpus.n_docs))
+            batch = corpus.subset(idx)
+            reports = rr_encode(batch, self.f, rng)
+            N = reports.n_docs
+            t_hat = rr_estimate(reports.counts(), N, self.f)
+            var_rr = rr_variance(N, self.f)
+            omega_mean = 0.0
+            if pooled_n > 0 or self.prior_corpus is not None:
+                if pooled_n > 0:
+                    mu = pooled_est / pooled_n * N
+                    s2 = self.prior_variance if self.prior_variance is not None else N * N * c_f / pooled_n
+                else:
+                    pc = self.prior_corpus
+                    mu = np.asarray(pc.doc_word_binary().sum(axis=0)).ravel() / pc.n_docs * N
+                    s2 = self.prior_variance if self.prior_variance is not None else var_rr
+                with warnings.catch_warnings(record=True) as wlist:
+                    warnings.simplefilter("always")
+                    den = bayes_denoise(t_hat, N, self.f, mu, s2)
+                n_fallback = int((~den.approx_ok).sum())
+                est = den.estimate
+                omega_mean = float(den.omega.mean())
+                var_used = float(np.mean(den.variance))
+            else:
+                est, n_fallback, var_used = t_hat, 0, var_rr
+            pooled_est += t_hat
+            pooled_n += N
+            rc = reconstruct_corpus(reports, est, corpus.vocabulary, rng, self.threshold, var_used)
+            if rc.n_docs < K or rc.n_tokens == 0:
+                batches.append({"batch": b + 1, "docs": N, "skipped": True})
+                continue  # nothing usable in this batch: documented skip, prior unchanged
+            state = GibbsState(rc, K, self.alpha, self.beta, rng, beta_wk=beta_wk)
+            run_sweeps(state, self.iterations, self.ll_every, callback)
+            info = {"batch": b + 1, "docs": N, "reconstructed_tokens": rc.n_tokens, "omega_mean": omega_mean,
+                    "gaussian_fallback_words": n_fallback}
+            phi = state.phi()
+            beta_wk = beta_wk + self.lam * state.nwk
+            if batch_callback is not None:
+                info["callback"] = batch_callback(phi)
+            batches.append(info)
+        if state is None:
+            raise InputError("no mini-batch kept enough documents after randomized response; raise --epsilon, "
+                             "--batch-size or set --threshold 0")
+        acc = self.accounting() | {"batches": batches,
+                                   "post_processing": "moment estimator, Bayesian denoising, reconstruction, "
+                                                      "streaming CGS with beta^l recursion"}
+        return TopicModel(topic_word=phi, vocabulary=list(corpus.vocabulary), alpha=self.alpha, beta=self.beta,
+                          method="olp-lda", params=self.params(), guarantee=self.guarantee, accounting=acc,
+                          info={"n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens,
+                                "seconds": time.perf_counter() - t0, "preprocessing": corpus.preprocessing},
+                          seed=src.describe())
