@@ -1,19 +1,39 @@
-"""Noise primitives: random generators and samplers.
+"""Noise primitives: random generators and floating-point-safe samplers.
 
-Every DP release in textdp draws its noise through this package.
+Every DP release in textdp draws its noise through this package. The samplers
+are exact integer constructions (discrete Laplace / Gaussian after Canonne,
+Kamath & Steinke 2020) on power-of-two grids, exact Bernoulli draws, and an
+integer-weighted exponential mechanism; see :mod:`textdp.noise.samplers` and
+``docs/trust.md``.
 """
 
 from textdp.noise.rng import RandomSource, make_rng, random_source, seed_mode, spawn
 from textdp.noise.samplers import (
+    DEFAULT_ETA,
+    ExactCategorical,
+    bernoulli,
+    categorical_discretisation_epsilon,
     categorical_from_log_weights,
+    discrete_gaussian,
+    discrete_laplace,
     gamma,
     gaussian,
+    gaussian_granularity,
+    gaussian_mechanism,
+    gaussian_mechanism_params,
     laplace,
+    laplace_granularity,
+    laplace_mechanism,
+    laplace_mechanism_params,
     randomized_response,
+    snap_to_grid,
     uniform_direction,
 )
 
 __all__ = [
     "RandomSource", "make_rng", "random_source", "seed_mode", "spawn",
     "laplace", "gaussian", "gamma", "uniform_direction", "randomized_response", "categorical_from_log_weights",
+    "discrete_laplace", "discrete_gaussian", "bernoulli", "ExactCategorical", "categorical_discretisation_epsilon",
+    "laplace_mechanism", "gaussian_mechanism", "laplace_mechanism_params", "gaussian_mechanism_params",
+    "laplace_granularity", "gaussian_granularity", "snap_to_grid", "DEFAULT_ETA",
 ]
