@@ -32,6 +32,8 @@ _WORD_RE = re.compile(
     r"""\w+(?=n't\b)|n't\b|'(?:s|re|ve|ll|d|m)\b|\w+(?:[-.]\w+)*|[^\w\s]""",
     re.UNICODE | re.IGNORECASE,
 )
+# the same pattern as one capturing group: re.split then alternates separators and tokens
+_SPLIT_RE = re.compile("(" + _WORD_RE.pattern + ")", _WORD_RE.flags)
 SPECIAL_TOKEN_RE = re.compile(r"^\[(?:CLS|SEP|PAD|MASK|UNK|unused\d+)\]$")
 
 
@@ -54,6 +56,17 @@ class WordTokenizer:
             toks.append(t.lower() if self.lowercase else t)
             spans.append(m.span())
         return toks, spans
+
+    @staticmethod
+    def split(text: str) -> list[str]:
+        """``text`` cut into alternating pieces ``[sep, tok, sep, tok, ..., sep]``.
+
+        Odd positions are the tokens (original case), even positions the text
+        between them (whitespace, possibly empty); ``"".join(pieces) == text``.
+        Replacing the odd pieces and joining is the span-substitution rule in one
+        C-level call per document (used by the sanitizers).
+        """
+        return _SPLIT_RE.split(text)
 
     @staticmethod
     def substitute(text: str, spans: list[tuple[int, int]], tokens: list[str]) -> str:

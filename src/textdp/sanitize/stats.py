@@ -1,0 +1,128 @@
+"""Plausible-deniability statistics (N_w, S_w) and per-document composition for cards.
+
+``N_w`` and ``S_w`` follow Feyisetan et al. 2020 (spec A.8.2): sanitize word ``w``
+``k`` times independently; ``N_w`` is the fraction of draws equal to ``w``,
+``S_w`` the number of distinct outputs. For SanText / SanText+ both have closed
+forms from the exact distribution ``P[w, ·]`` (spec A.3):
+``E[N_w] = P[w, w]`` and ``E[S_w(k)] = Σ_y 1 - (1 - P[w, y])^k``.
+FBDD has no closed form; they are sampled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["plausible_deniability", "privacy_statistics", "sample_words"]
+
+
+def sample_words(mech, n: int = 100) -> np.ndarray:
+    """Up to ``n`` output-vocabulary embedding rows spread evenly over the corpus
+    frequency ranking (most frequent first; deterministic, no randomness)."""
+    mech._prepare()
+    out = mech.output_rows
+    if mech._fitted is not None:
+        freq = mech._fitted.counts[out]
+    else:
+        freq = np.zeros(len(out))
+    order = out[np.lexsort((out, -freq))]
+    if len(order) <= n:
+        return order
+    return order[np.unique(np.linspace(0, len(order) - 1, n).round().astype(int))]
+
+
+def plausible_deniability(mech, words, k: int = 1000, rng=None, block: int = 16) -> dict[str, np.ndarray]:
+    """``N_w`` (expected fraction of ``k`` draws that keep ``w``) and ``S_w``
+    (expected number of distinct outputs in ``k`` draws) for each input word.
+
+    words: str or embedding rows (in vocabulary). Exact for mechanisms with
+    ``exact_probabilities``; otherwise estimated from ``k`` draws per word.
+    Returns ``{"N_w": float64 (n,), "S_w": float64 (n,), "exact": bool}``.
+    """
+    rows = mech.input_rows(words)
+    mech._prepare()
+    nw = np.empty(len(rows))
+    sw = np.empty(len(rows))
+    for s in range(0, len(rows), block):
+        r = rows[s : s + block]
+        if mech.exact_probabilities:
+            p = mech.probabilities(r)
+            cols = mech.output_positions(r)
+            nw[s : s + block] = np.where(cols >= 0, p[np.arange(len(r)), np.maximum(cols, 0)], 0.0)
+            sw[s : s + block] = (1.0 - np.power(1.0 - p, k)).sum(axis=1)
+        else:
+            draws = mech.sample_rows(np.repeat(r, k), rng).reshape(len(r), k)
+            nw[s : s + block] = (draws == r[:, None]).mean(axis=1)
+            sw[s : s + block] = [len(np.unique(d)) for d in draws]
+    return {"N_w": nw, "S_w": sw, "exact": bool(mech.exact_probabilities)}
+
+
+def _summary(x: np.ndarray) -> dict:
+    if len(x) == 0:
+        return {}
+    q = np.quantile(x, [0.0, 0.25, 0.5, 0.75, 1.0])
+    return {"mean": float(x.mean()), "min": float(q[0]), "q25": float(q[1]), "median": float(q[2]),
+            "q75": float(q[3]), "max": float(q[4])}
+
+
+def privacy_statistics(mech, doc_lengths: np.ndarray | None = None, n_words: int = 100, k: int = 1000,
+                       n_examples: int = 10) -> dict:
+    """The statistics a privacy card carries for a token sanitizer.
+
+    * ``plausible_deniability``: N_w / S_w (``k`` draws) summarised over ``n_words``
+      output words spread over the frequency ranking, plus the ``n_examples`` most
+      frequent words (with the corpus vocabulary these words come from the
+      sanitized data, like the output vocabulary itself).
+    * ``per_document``: composition of the per-token guarantee over a document:
+      two documents of equal length L are ``eps·Σ_i d(x_i, x'_i)``-indistinguishable
+      (``+ L·eps0`` for SanText+). Reported with the output vocabulary's diameter
+      bound ``D <= 2·max_y ||phi(y) - mean||`` and the median distance between
+      vocabulary words, for the mean and longest document.
+    """
+    mech._prepare()
+    k_eff = k if mech.exact_probabilities else min(k, 200)
+    words = sample_words(mech, n_words)
+    pd_ = plausible_deniability(mech, words, k=k_eff)
+    names = mech.embeddings.words
+    n_ex = min(n_examples, len(words))
+    examples = [{"word": names[int(r)], "N_w": float(pd_["N_w"][i]), "S_w": float(pd_["S_w"][i])}
+                for i, r in enumerate(words[:n_ex])]
+    y = np.asarray(mech.embeddings.vectors[mech.output_rows], dtype=np.float64)
+    diameter = float(2.0 * np.sqrt(((y - y.mean(axis=0)) ** 2).sum(axis=1)).max()) if len(y) else 0.0
+    if len(y) > 1:
+        i = np.arange(0, len(y), max(1, len(y) // 2000))
+        j = (i * 7919 + len(y) // 2) % len(y)
+        keep = i != j
+        typical = float(np.median(np.sqrt(((y[i[keep]] - y[j[keep]]) ** 2).sum(axis=1)))) if keep.any() else 0.0
+    else:
+        typical = 0.0
+    g = mech.guarantee
+    eps = mech.epsilon
+    eps0 = float(getattr(g, "epsilon0", 0.0))
+    per_doc = {
+        "rule": "documents of equal length L: eps * sum_i d(x_i, x'_i)" + (" + L * eps0" if eps0 else ""),
+        "epsilon_per_unit_distance": eps,
+        "vocabulary_diameter_bound": diameter,
+        "median_word_distance": typical,
+    }
+    if doc_lengths is not None and len(doc_lengths):
+        mean_l = float(np.mean(doc_lengths))
+        max_l = int(np.max(doc_lengths))
+        per_doc.update({
+            "mean_document_tokens": mean_l,
+            "max_document_tokens": max_l,
+            "epsilon_mean_document_all_tokens_typical": eps * mean_l * typical + mean_l * eps0,
+            "epsilon_mean_document_all_tokens_worst": eps * mean_l * diameter + mean_l * eps0,
+            "epsilon_longest_document_all_tokens_worst": eps * max_l * diameter + max_l * eps0,
+            "epsilon_one_token_typical": eps * typical + eps0,
+        })
+    return {
+        "plausible_deniability": {
+            "draws_per_word": k_eff,
+            "exact_expectation": pd_["exact"],
+            "words": int(len(words)),
+            "N_w": _summary(pd_["N_w"]),
+            "S_w": _summary(pd_["S_w"]),
+            "examples_most_frequent": examples,
+        },
+        "per_document": per_doc,
+    }
