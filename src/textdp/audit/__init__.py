@@ -1,0 +1,35 @@
+"""Empirical privacy-loss auditing (``textdp audit``).
+
+The neighbouring-dataset sanity check of Habernal (ACL 2022) with exact confidence
+bounds, a stronger data-driven attack, the closed-form oracle and the published grid.
+
+Public API::
+
+    audit_mechanism(mechanism, epsilon, n, samples, alpha, seed) -> AuditResult
+    audit_dims(mechanism, epsilon, dims, samples, ...) -> list[AuditResult]
+    empirical_epsilon_lower_bound(counts_D, counts_D2, alpha) -> EpsilonBound
+    selected_event_bound(sel_D, sel_D2, eval_D, eval_D2, alpha) -> SelectedEvent
+    laplace_oracle(epsilon, n, scale=None), majority_vote_oracle(p0, p1, n), zoo_oracle(name, epsilon, n)
+    run_grid(...), write_grid_outputs(...)   (the published habernal2022 grid)
+
+Importing this package registers the audit zoo (:mod:`textdp.mechanisms.zoo`).
+"""
+
+from textdp.mechanisms import zoo as _zoo  # noqa: F401  (registers the audit zoo)
+from textdp.audit.core import AuditResult, Mechanism, audit_dims, audit_mechanism, format_epsilon, resolve_mechanism
+from textdp.audit.oracle import laplace_oracle, majority_vote_oracle, zoo_oracle
+from textdp.audit.stats import (
+    EpsilonBound,
+    SelectedEvent,
+    clopper_pearson_lower,
+    clopper_pearson_upper,
+    empirical_epsilon_lower_bound,
+    selected_event_bound,
+)
+
+__all__ = [
+    "AuditResult", "Mechanism", "audit_mechanism", "audit_dims", "resolve_mechanism", "format_epsilon",
+    "laplace_oracle", "majority_vote_oracle", "zoo_oracle",
+    "EpsilonBound", "SelectedEvent", "clopper_pearson_lower", "clopper_pearson_upper",
+    "empirical_epsilon_lower_bound", "selected_event_bound",
+]
