@@ -388,7 +388,7 @@ def _write_frame(df: pd.DataFrame, path: Path, fmt: str, text_column: str, heade
         # IANA TSV has no quoting: tabs and line breaks inside fields become spaces.
         clean = df.copy()
         for c in clean.columns:
-            if clean[c].dtype == object:
+            if clean[c].dtype == object or pd.api.types.is_string_dtype(clean[c].dtype):
                 clean[c] = clean[c].astype(str).str.replace(r"[\t\r\n]", " ", regex=True)
         clean.to_csv(path, sep="\t", index=False, header=header, mode="a" if append else "w",
                      quoting=csv.QUOTE_NONE, escapechar=None)

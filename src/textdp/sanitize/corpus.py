@@ -5,7 +5,9 @@ Detokenization rule (what a sanitized document looks like):
 * **word vocabularies** (GloVe): each document is cut into alternating
   separator / token pieces (:meth:`textdp.data.tokenize.WordTokenizer.split`);
   every token piece is replaced by its sanitized token and the pieces are joined
-  again, so whitespace and line layout are kept exactly and only tokens change.
+  again, so whitespace and line layout are kept and only tokens change. Where two
+  tokens touch in the input (``class.``, ``don't`` = ``do`` + ``n't``) and either
+  is replaced, a single space is put between them so sanitized words never glue.
   Sanitized tokens are vocabulary entries, i.e. lower-cased for GloVe 6B (the
   input's capitalisation is not carried over: it would leak information).
   A dropped token (``oov="drop"``) disappears together with the separator in
@@ -58,10 +60,14 @@ class TokenizedTexts:
         """Original token strings at ``positions`` (object array)."""
         return self.uniques[self.codes[positions]]
 
-    def rebuild(self, tokens: np.ndarray | list) -> list[str]:
+    def rebuild(self, tokens: np.ndarray | list, changed: np.ndarray | None = None) -> list[str]:
         """Documents with their tokens replaced by ``tokens`` (``(n_tokens,)``, str;
-        ``None`` drops a token). See the module docstring for the rule."""
+        ``None`` drops a token). ``changed`` (bool ``(n_tokens,)``) marks replaced
+        tokens: two adjacent tokens without a separator (``class.``, ``do n't``)
+        get a single space between them when either was replaced, so sanitized
+        words never glue together. See the module docstring for the rule."""
         toks = tokens.tolist() if isinstance(tokens, np.ndarray) else list(tokens)
+        ch = changed.tolist() if changed is not None else None
         out: list[str] = []
         pos = 0
         if self.mode == "word":
@@ -73,6 +79,11 @@ class TokenizedTexts:
                     out.append(_join_with_drops(q, new))
                     continue
                 q[1::2] = new
+                if ch is not None and n > 1:
+                    c = ch[pos - n : pos]
+                    for i in range(n - 1):
+                        if not q[2 * i + 2] and (c[i] or c[i + 1]):
+                            q[2 * i + 2] = " "
                 out.append("".join(q))
         else:
             from textdp.data.tokenize import WordPieceTokenizer

@@ -47,10 +47,14 @@ Public API used by other capabilities (attacks, evaluation, audit):
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -71,6 +75,18 @@ __all__ = ["TokenSanitizer", "SanText", "SanTextPlus", "FBDD", "SanitizeStats", 
 OOV_POLICIES = ("uniform", "unk", "drop", "keep")
 #: output vocabulary choices: words of the fitted corpus that have embeddings, or the whole table
 OUTPUT_VOCABULARIES = ("corpus", "full")
+
+
+@contextlib.contextmanager
+def _single_threaded_blas():
+    """Limit BLAS to one thread while our own worker threads run (avoids oversubscription)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def check_epsilon(epsilon) -> float:
@@ -179,7 +195,11 @@ class TokenSanitizer:
         (released unchanged: NO protection for them; only when asked for).
     rng: ``None`` (cryptographically secure, fresh), an int seed (reproducible,
         not for release) or a ``numpy.random.Generator``.
-    block_bytes: memory budget of one weight block (default 8 MiB).
+    block_bytes: memory budget of one weight block (default 8 MiB; memory use is
+        about ``workers × block_bytes`` plus the output embeddings).
+    workers: threads computing blocks in parallel (default ``min(4, cpu_count)``);
+        every block draws from its own child stream (``rng.spawn``), so a seeded
+        run gives the same output for any number of workers.
 
     Raises ParameterError for invalid parameters.
     """
@@ -188,7 +208,8 @@ class TokenSanitizer:
     exact_probabilities = True
 
     def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, output_vocabulary="corpus",
-                 oov: str = "uniform", unk_token: str = "[UNK]", rng=None, block_bytes: int = DEFAULT_BLOCK_BYTES):
+                 oov: str = "uniform", unk_token: str = "[UNK]", rng=None, block_bytes: int = DEFAULT_BLOCK_BYTES,
+                 workers: int | None = None):
         self.epsilon = check_epsilon(epsilon)
         if isinstance(output_vocabulary, str):
             if output_vocabulary not in OUTPUT_VOCABULARIES:
@@ -203,6 +224,7 @@ class TokenSanitizer:
         if int(block_bytes) < 1024:
             raise ParameterError(f"block_bytes must be at least 1024, got {block_bytes!r}")
         self.block_bytes = int(block_bytes)
+        self.workers = max(1, int(workers if workers is not None else min(4, os.cpu_count() or 1)))
         self.embeddings = _as_embeddings(embeddings)
         if isinstance(rng, np.random.Generator):
             self.rng = rng
@@ -397,7 +419,11 @@ class TokenSanitizer:
         if len(in_pos):
             new_rows[in_pos] = self.sample_rows(rows[in_pos], self.rng, progress=progress)
         t_sample = time.perf_counter() - t1
-        changed = int((new_rows[in_pos] != rows[in_pos]).sum())
+        changed_mask = np.ones(n, dtype=bool)
+        changed_mask[in_pos] = new_rows[in_pos] != rows[in_pos]
+        if self.oov == "keep":
+            changed_mask[oov_pos] = False
+        changed = int(changed_mask[in_pos].sum())
         words = self._word_array()
         tokens = np.empty(n, dtype=object)
         tokens[in_pos] = words[new_rows[in_pos]]
@@ -418,7 +444,7 @@ class TokenSanitizer:
                 tokens[oov_pos] = tok.raw_tokens(oov_pos)
             if progress is not None:
                 progress(len(oov_pos))
-        result = tok.rebuild(tokens)
+        result = tok.rebuild(tokens, changed_mask)
         stats = SanitizeStats(
             documents=tok.n_docs, tokens=n, in_vocabulary_tokens=len(in_pos), changed_tokens=changed,
             oov_tokens=len(oov_pos), oov_policy=self.oov, dropped_tokens=dropped,
@@ -445,14 +471,34 @@ class TokenSanitizer:
         self_cols = pos[uniq]
         result = np.empty(len(rows), dtype=np.int64)
         b = self._block_rows(len(out_rows))
-        buf = np.empty((min(b, len(uniq)), len(out_rows)), dtype=np.float32)
-        for s in range(0, len(uniq), b):
-            e = min(len(uniq), s + b)
+        blocks = [(s, min(len(uniq), s + b)) for s in range(0, len(uniq), b)]
+        try:  # one child stream per block: the result does not depend on the number of workers
+            gens = rng.spawn(len(blocks))
+        except (TypeError, ValueError, AttributeError):
+            gens = None
+        workers = self.workers if gens is not None else 1
+        local = threading.local()
+
+        def run(i):
+            s, e = blocks[i]
+            buf = getattr(local, "buf", None)
+            if buf is None:
+                buf = local.buf = np.empty((min(b, len(uniq)), len(out_rows)), dtype=np.float32)
             w = kernel.weights(self.embeddings.vectors[uniq[s:e]], self_cols[s:e], out=buf)
-            draws = sample_categorical_rows(w, counts[s:e], rng)
+            draws = sample_categorical_rows(w, counts[s:e], gens[i] if gens is not None else rng)
             result[order[bounds[s]:bounds[e]]] = out_rows[draws]
-            if progress is not None:
-                progress(int(bounds[e] - bounds[s]))
+            return int(bounds[e] - bounds[s])
+
+        if workers > 1 and len(blocks) > 1:
+            with _single_threaded_blas(), ThreadPoolExecutor(max_workers=workers) as pool:
+                for k in pool.map(run, range(len(blocks))):
+                    if progress is not None:
+                        progress(k)
+        else:
+            for i in range(len(blocks)):
+                k = run(i)
+                if progress is not None:
+                    progress(k)
         return result
 
     def _kernel(self, out_rows: np.ndarray) -> ExponentialKernel:

@@ -10,6 +10,8 @@ FBDD has no closed form; they are sampled.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["plausible_deniability", "privacy_statistics", "sample_words"]
@@ -64,8 +66,8 @@ def _summary(x: np.ndarray) -> dict:
             "q75": float(q[3]), "max": float(q[4])}
 
 
-def privacy_statistics(mech, doc_lengths: np.ndarray | None = None, n_words: int = 100, k: int = 1000,
-                       n_examples: int = 10) -> dict:
+def privacy_statistics(mech, mean_document_tokens: float | None = None, max_document_tokens: int | None = None,
+                       n_words: int = 100, k: int = 1000, n_examples: int = 10) -> dict:
     """The statistics a privacy card carries for a token sanitizer.
 
     * ``plausible_deniability``: N_w / S_w (``k`` draws) summarised over ``n_words``
@@ -104,9 +106,9 @@ def privacy_statistics(mech, doc_lengths: np.ndarray | None = None, n_words: int
         "vocabulary_diameter_bound": diameter,
         "median_word_distance": typical,
     }
-    if doc_lengths is not None and len(doc_lengths):
-        mean_l = float(np.mean(doc_lengths))
-        max_l = int(np.max(doc_lengths))
+    if mean_document_tokens is not None:
+        mean_l = float(mean_document_tokens)
+        max_l = int(max_document_tokens if max_document_tokens is not None else math.ceil(mean_l))
         per_doc.update({
             "mean_document_tokens": mean_l,
             "max_document_tokens": max_l,

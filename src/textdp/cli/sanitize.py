@@ -1,0 +1,283 @@
+"""``textdp sanitize``: token-level metric-DP sanitization of a corpus (SanText, SanText+, FBDD).
+
+Thin layer over :mod:`textdp.sanitize`: parses options, streams the input in
+chunks (two passes for a file: count the vocabulary, then sanitize and write),
+shows progress on stderr, writes the output and its privacy card atomically,
+prints a summary.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from textdp.cli._common import handle_errors, out_console, opt_json, opt_output, opt_overwrite, opt_quiet, opt_seed
+
+__all__ = ["register", "sanitize_command"]
+
+
+def _default_output(input_name: str, builtin: bool, mechanism: str) -> Path:
+    tag = mechanism.replace("+", "plus")
+    if builtin:
+        return Path(f"{input_name}.{tag}.csv")
+    p = Path(input_name)
+    suffix = p.suffix or ".txt"
+    stem = p.name[: -len(p.suffix)] if p.suffix else p.name
+    return p.with_name(f"{stem}.{tag}{suffix}")
+
+
+def _make_parents(out: Path) -> list[Path]:
+    """Create missing parent folders of ``out``; returns those created (deepest last)."""
+    created = []
+    parent = out.parent
+    missing = []
+    while str(parent) not in ("", ".") and not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for d in reversed(missing):
+        d.mkdir()
+        created.append(d)
+    return created
+
+
+def _remove_dirs(dirs: list[Path]) -> None:
+    for d in reversed(dirs):
+        try:
+            d.rmdir()  # only if still empty
+        except OSError:
+            pass
+
+
+@handle_errors
+def sanitize_command(
+    input: str = typer.Argument("rotten-tomatoes", help="A built-in dataset name (see `textdp datasets`) or a "
+                                "CSV/TSV/JSONL/Parquet/TXT file."),
+    mechanism: str = typer.Option("santext", "--mechanism", "-m", help="santext | santext+ | fbdd"),
+    epsilon: float = typer.Option(..., "--epsilon", "-e", help="Privacy parameter per token (guarantee "
+                                  "eps·d(x,x'), d = Euclidean embedding distance)."),
+    w: Optional[float] = typer.Option(None, "--w", help="SanText+: least frequent share of the vocabulary "
+                                      "that is sensitive, in [0,1] (default 0.9)."),
+    p: Optional[float] = typer.Option(None, "--p", help="SanText+: probability that a non-sensitive word is "
+                                      "resampled, in [0,1] (default 0.3)."),
+    frequencies: Optional[str] = typer.Option(None, "--frequencies", help="SanText+: word frequencies from "
+                                              "the 'corpus' (default) or 'wordfreq'."),
+    embeddings: str = typer.Option("glove-6b-50d", "--embeddings", help="glove-6b-50d | minilm | a GloVe/"
+                                   "word2vec text file | a local Hugging Face model folder."),
+    output_vocabulary: str = typer.Option("corpus", "--output-vocabulary", help="corpus (words of the input "
+                                          "that have embeddings) | full (the whole embedding vocabulary)."),
+    oov: str = typer.Option("uniform", "--oov", help="Tokens without an embedding: uniform (random word, "
+                            "input-independent) | unk | drop | keep (released UNPROTECTED)."),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column holding the text "
+                                              "(default: text or a common synonym)."),
+    split: str = typer.Option("all", "--split", help="Built-in datasets: all | train | test."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N documents (quick runs)."),
+    output: Optional[Path] = opt_output("Output file (format from its suffix). Default: INPUT.MECHANISM.EXT "
+                                        "beside a file input, or ./NAME.MECHANISM.csv for a built-in dataset."),
+    seed: Optional[int] = opt_seed(),
+    overwrite: bool = opt_overwrite(),
+    quiet: bool = opt_quiet(),
+    json_out: bool = opt_json(),
+    chunk_size: int = typer.Option(50_000, "--chunk-size", help="Documents per streamed chunk."),
+    block_mb: float = typer.Option(8.0, "--block-size", help="MiB per block of word distributions."),
+):
+    """Sanitize a corpus token by token with SanText, SanText+ or FBDD and write a privacy card."""
+    from textdp.accounting.card import build_card, check_card_path, write_card
+    from textdp.data import io
+    from textdp.data.datasets import is_builtin, load_dataset
+    from textdp.errors import InputError, ParameterError
+    from textdp.sanitize import make_mechanism, privacy_statistics
+    from textdp.sanitize.mechanisms import check_epsilon, check_unit
+
+    t0 = time.perf_counter()
+    # ---- parameters first: bad values fail before anything is read
+    mech_name = mechanism.strip().lower()
+    check_epsilon(epsilon)
+    if w is not None:
+        check_unit(w, "--w")
+    if p is not None:
+        check_unit(p, "--p")
+    if split not in ("all", "train", "test"):
+        raise ParameterError(f"--split must be all, train or test, got {split!r}")
+    if limit is not None and limit < 1:
+        raise ParameterError(f"--limit must be a positive number of documents, got {limit}")
+    if chunk_size < 1:
+        raise ParameterError(f"--chunk-size must be positive, got {chunk_size}")
+    if not (block_mb > 0):
+        raise ParameterError(f"--block-size must be positive, got {block_mb}")
+    kwargs = dict(output_vocabulary=output_vocabulary, oov=oov, rng=seed, block_bytes=int(block_mb * 2**20))
+    if mech_name in ("santext+", "santextplus", "santext-plus"):
+        kwargs.update(w=0.9 if w is None else w, p=0.3 if p is None else p,
+                      frequencies=frequencies or "corpus")
+    else:
+        kwargs.update(w=w, p=p, frequencies=frequencies)
+
+    # ---- input and output paths
+    builtin = is_builtin(input)
+    if not builtin and not Path(input).exists():
+        from textdp.data.datasets import list_datasets
+
+        raise InputError(f"{input!r} is neither a file nor a built-in dataset ({', '.join(list_datasets())})")
+    if not builtin and split != "all":
+        raise ParameterError("--split applies only to built-in datasets")
+    tag = mech_name if mech_name in ("santext", "fbdd") else "santext+"
+    out = Path(output) if output is not None else _default_output(input, builtin, tag)
+    if not builtin:
+        io.detect_format(input)
+    io.detect_format(out)
+    created = _make_parents(out)
+    try:
+        io.check_output_path(out, [None if builtin else input], overwrite=overwrite)
+        check_card_path(out, overwrite=overwrite)
+        result = _run(input, builtin, out, mech_name, epsilon, embeddings, kwargs, text_column, split, limit,
+                      chunk_size, quiet, overwrite, load_dataset, io, make_mechanism, privacy_statistics,
+                      build_card, write_card, t0, seed)
+    except BaseException:
+        _remove_dirs(created)
+        raise
+
+    stats, card_file, mech = result
+    total_s = time.perf_counter() - t0
+    summary = {
+        "input": input, "output": str(out), "card": str(card_file), "mechanism": mech.name,
+        "guarantee": mech.guarantee.describe(), "documents": stats.documents, "tokens": stats.tokens,
+        "changed_tokens": stats.changed_tokens, "share_changed": round(stats.share_changed, 4),
+        "oov_tokens": stats.oov_tokens, "oov_policy": stats.oov_policy,
+        "seconds_total": round(total_s, 3), "seconds_sanitizing": round(stats.seconds, 3),
+        "tokens_per_second": round(stats.tokens / stats.seconds) if stats.seconds > 0 else None,
+        "seeded": seed is not None,
+    }
+    if json_out:
+        from textdp.cli._common import print_json
+
+        print_json(summary)
+    elif not quiet:
+        _print_summary(summary, seed)
+    return summary
+
+
+def _run(input, builtin, out, mech_name, epsilon, embeddings, kwargs, text_column, split, limit, chunk_size,
+         quiet, overwrite, load_dataset, io, make_mechanism, privacy_statistics, build_card, write_card, t0, seed):
+    from textdp.cli._common import progress as make_progress
+    from textdp.errors import InputError
+
+    # ---- chunks of the input (a built-in dataset is one in-memory frame)
+    if builtin:
+        ds = load_dataset(input)
+        frame = ds.all() if split == "all" else (ds.train if split == "train" else ds.test)
+        if text_column is not None and text_column not in frame.columns:
+            raise InputError(f"dataset {input!r} has no column {text_column!r} (columns: "
+                             f"{', '.join(map(str, frame.columns))})")
+        col = text_column or ds.text_column
+        if limit is not None:
+            frame = frame.head(limit)
+        frame = frame.reset_index(drop=True)
+
+        def chunks():
+            for s in range(0, len(frame), chunk_size):
+                yield frame.iloc[s : s + chunk_size].copy(), col
+        source = {"dataset": input, "split": split, "package": ds.source}
+    else:
+        def chunks():
+            left = limit
+            for df, c in io.iter_table_chunks(input, text_column=text_column, chunksize=chunk_size):
+                if left is not None:
+                    if left <= 0:
+                        return
+                    df = df.head(left)
+                    left -= len(df)
+                yield df, c
+        source = {"file": str(input), "format": io.detect_format(input)}
+
+    with make_progress(quiet=quiet) as bar:
+        task = bar.add_task("loading embeddings", total=None)
+        mech = make_mechanism(mech_name, embeddings, epsilon, **kwargs)
+        bar.update(task, description="counting the vocabulary")
+        n_docs = 0
+        for df, col in chunks():
+            mech.partial_fit(df[col].tolist())
+            n_docs += len(df)
+            bar.update(task, completed=n_docs)
+        if mech._fitted is None or mech._fitted.tokens == 0:
+            raise InputError("the input has no words to sanitize (all documents are empty)")
+        total_tokens = mech._fitted.tokens
+        bar.update(task, description="counting the vocabulary", total=n_docs, completed=n_docs)
+        san = bar.add_task(f"sanitizing ({mech.name}, eps={epsilon:g})", total=total_tokens)
+        stats = None
+        with io.TableWriter(out, text_column=col) as writer:
+            for df, col in chunks():
+                texts, st = mech.sanitize_with_stats(df[col].tolist(),
+                                                     progress=lambda k: bar.advance(san, k))
+                df[col] = texts
+                writer.write(df)
+                stats = st if stats is None else stats.merge(st)
+            bar.update(san, completed=total_tokens)
+            bar.update(task, description="privacy card")
+            card = _card(mech, stats, source, out, embeddings, privacy_statistics, build_card)
+            card_file = write_card(card, out, overwrite=True)
+    return stats, card_file, mech
+
+
+def _card(mech, stats, source, out, embeddings, privacy_statistics, build_card) -> dict:
+    g = mech.guarantee
+    mean_len = stats.tokens / stats.documents if stats.documents else 0.0
+    statistics = privacy_statistics(mech, mean_document_tokens=mean_len,
+                                    max_document_tokens=stats.max_document_tokens)
+    statistics["run"] = stats.to_dict()
+    vocab = {"embedding_vocabulary": len(mech.embeddings), "output_vocabulary": int(len(mech.output_rows)),
+             "distinct_input_words_fitted": int((mech._fitted.counts > 0).sum())}
+    if hasattr(mech, "sensitive_rows"):
+        vocab["sensitive_words"] = int(len(mech.sensitive_rows))
+    warnings = []
+    if mech.oov == "keep" and stats.oov_tokens:
+        warnings.append(f"{stats.oov_tokens} out-of-vocabulary tokens were released unchanged (--oov keep): "
+                        "they have NO privacy protection")
+    if mech.output_vocabulary == "corpus":
+        warnings.append("the output vocabulary is the set of input words that have embeddings (the paper's "
+                        "choice): which words occur in the corpus is not protected")
+    return build_card(
+        mechanism=mech.name,
+        parameters=mech.parameters(),
+        guarantee=g,
+        units={
+            "epsilon": "per token, per unit of Euclidean distance between embeddings: "
+                       "P[M(x)=y] <= exp(eps*d(x,x')) P[M(x')=y]",
+            "per_document": "tokens are sanitized independently; two documents of equal length L are "
+                            "eps*sum_i d(x_i,x'_i)-indistinguishable" +
+                            (" (+ L*eps0 for SanText+)" if g.kind == "umldp" else ""),
+            "neighbours": "replace one token (per-token guarantee); replace tokens position-wise (document)",
+        },
+        data={**source, "documents": stats.documents, "tokens": stats.tokens,
+              "oov_tokens": stats.oov_tokens, "oov_policy": mech.oov,
+              "embeddings": mech.embeddings.describe(), "vocabulary": vocab,
+              "detokenization": "token spans replaced in place, whitespace kept (word vocabularies); "
+                                "WordPieces joined (## glued) for BERT vocabularies"},
+        randomness=mech.seed_info,
+        statistics=statistics,
+        output=out,
+        warnings=warnings,
+        paper="Yue et al., Findings of ACL 2021 (SanText/SanText+); Feyisetan et al., WSDM 2020 (FBDD)",
+    )
+
+
+def _print_summary(s: dict, seed) -> None:
+    from rich.table import Table
+
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_row("mechanism", f"{s['mechanism']}: {s['guarantee']}")
+    t.add_row("documents", f"{s['documents']:,}")
+    t.add_row("tokens", f"{s['tokens']:,} ({s['share_changed']:.1%} changed; {s['oov_tokens']:,} without "
+                        f"embedding, policy '{s['oov_policy']}')")
+    tps = f"{s['tokens_per_second']:,} tokens/s" if s["tokens_per_second"] else ""
+    t.add_row("time", f"{s['seconds_total']:.2f} s total, {s['seconds_sanitizing']:.2f} s sanitizing ({tps})")
+    t.add_row("output", s["output"])
+    t.add_row("privacy card", s["card"])
+    if seed is not None:
+        t.add_row("seed", f"{seed} (reproducible research run: not for release)")
+    out_console.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sanitize")(sanitize_command)

@@ -1,0 +1,189 @@
+"""End-to-end tests of `textdp sanitize` and `textdp datasets`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from textdp.accounting.card import card_path
+from textdp.cli.main import app
+from textdp.data import io
+
+runner = CliRunner()
+
+DOCS = ["good film , great movie", "bad movie !\tawful film", "a film nobody saw", "great great good"]
+
+
+def _run(*args):
+    return runner.invoke(app, ["sanitize", *map(str, args)])
+
+
+def _digest(p):
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def table(tmp_path):
+    return pd.DataFrame({"id": [1, 2, 3, 4], "text": DOCS, "label": ["p", "n", "n", "p"]})
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".parquet", ".txt"])
+def test_every_format_roundtrip_keeps_other_columns(tmp_path, table, small_glove_file, suffix):
+    src = tmp_path / f"in{suffix}"
+    io.write_table(table, src)
+    before = _digest(src)
+    out = tmp_path / f"out{suffix}"
+    r = _run(src, "--mechanism", "santext", "--epsilon", "2", "--embeddings", small_glove_file,
+             "--output", out, "--seed", 3, "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout[r.stdout.index("{"):])
+    assert summary["documents"] == 4 and summary["tokens"] == 17
+    got, col = io.read_table(out)
+    assert len(got) == 4
+    if suffix != ".txt":
+        assert got["label"].tolist() == table["label"].tolist()
+        assert got["id"].astype(str).tolist() == ["1", "2", "3", "4"]
+    vocab = {"good", "great", "bad", "awful", "film", "movie"}
+    for doc in got[col]:
+        toks = doc.split()
+        assert all(t in vocab for t in toks)  # OOV (",", "!", "a", ...) replaced by vocabulary words
+    assert _digest(src) == before  # input untouched
+    card = json.loads(card_path(out).read_text())
+    assert card["mechanism"] == "santext" and card["guarantee"]["kind"] == "metric-dp"
+    assert card["guarantee"]["epsilon"] == 2.0 and card["randomness"]["seeded"] is True
+    assert card["data"]["oov_tokens"] == summary["oov_tokens"] > 0
+    assert "N_w" in card["statistics"]["plausible_deniability"]
+    assert card["statistics"]["per_document"]["mean_document_tokens"] == pytest.approx(17 / 4)
+
+
+@pytest.mark.parametrize("mech,extra", [("santext+", ["--w", "0.5", "--p", "0.3"]), ("fbdd", [])])
+def test_other_mechanisms_and_oov_policies(tmp_path, table, small_glove_file, mech, extra):
+    src = tmp_path / "in.csv"
+    io.write_table(table, src)
+    for policy in ("uniform", "unk", "drop", "keep"):
+        out = tmp_path / f"o-{policy}.csv"
+        r = _run(src, "-m", mech, "-e", "1", "--embeddings", small_glove_file, "--oov", policy, "-o", out,
+                 "--seed", 1, "-q", *extra)
+        assert r.exit_code == 0, r.output
+        got = io.read_table(out)[0]["text"].tolist()
+        joined = " ".join(got)
+        if policy == "keep":
+            assert "nobody" in joined
+        else:
+            assert "nobody" not in joined and "saw" not in joined
+        if policy == "unk":
+            assert "[UNK]" in joined
+        if policy == "drop":
+            assert got[2].split() and len(got[2].split()) == 1  # "a film nobody saw" -> one word
+    card = json.loads(card_path(tmp_path / "o-keep.csv").read_text())
+    assert any("NO privacy protection" in w for w in card["warnings"])
+    if mech == "santext+":
+        assert card["guarantee"]["kind"] == "umldp" and card["parameters"]["w"] == 0.5
+
+
+@pytest.mark.parametrize("name", ["rotten-tomatoes", "drug-reviews", "20newsgroups", "reuters-r8", "bbc-news"])
+def test_builtin_dataset_slices(tmp_path, name):
+    out = tmp_path / "nested" / "dir" / f"{name}.csv"  # missing folders are created
+    r = _run(name, "--epsilon", "3", "--limit", "12", "--output", out, "--seed", 0, "--json")
+    assert r.exit_code == 0, r.output
+    got = io.read_table(out)[0]
+    assert len(got) == 12 and {"text", "label"} <= set(got.columns)
+    card = json.loads(card_path(out).read_text())
+    assert card["data"]["dataset"] == name and card["data"]["documents"] == 12
+    assert card["data"]["embeddings"]["vocabulary_size"] == 400_000
+
+
+def test_demo_command_shape(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = _run("rotten-tomatoes", "--mechanism", "santext", "--epsilon", "3", "--limit", "50",
+             "--output", "demo-output/rt.santext.csv", "--overwrite")
+    assert r.exit_code == 0, r.output
+    assert "privacy card" in r.stdout and "demo-output/rt.santext.card.json" in r.stdout
+    assert (tmp_path / "demo-output" / "rt.santext.csv").exists()
+
+
+BAD = [
+    (["--epsilon", "0"], "epsilon"),
+    (["--epsilon", "-1"], "epsilon"),
+    (["--epsilon", "nan"], "epsilon"),
+    (["--epsilon", "inf"], "epsilon"),
+    (["--epsilon", "1", "-m", "santext+", "--w", "1.5"], "--w"),
+    (["--epsilon", "1", "-m", "santext+", "--p", "-0.1"], "--p"),
+    (["--epsilon", "1", "-m", "santext", "--w", "0.5"], "santext+"),
+    (["--epsilon", "1", "-m", "nope"], "mechanism"),
+    (["--epsilon", "1", "--oov", "leak"], "oov"),
+    (["--epsilon", "1", "--text-column", "zzz"], "zzz"),
+    (["--epsilon", "1", "-m", "santext+", "--w", "0", "--p", "0.5"], "no sensitive word"),  # fails mid-run
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD)
+def test_bad_parameters_exit_2_without_output(tmp_path, table, small_glove_file, args, needle):
+    src = tmp_path / "in.csv"
+    io.write_table(table, src)
+    before = _digest(src)
+    out = tmp_path / "sub" / "out.csv"
+    r = _run(src, "--embeddings", small_glove_file, "-o", out, *args)
+    assert r.exit_code == 2, r.output
+    assert needle in r.output and "Traceback" not in r.output
+    assert not out.exists() and not card_path(out).exists() and not (tmp_path / "sub").exists()
+    assert _digest(src) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "tiny.glove.txt"]  # no temp files left
+
+
+def test_bad_files_exit_2(tmp_path, small_glove_file):
+    emb = ["--embeddings", str(small_glove_file), "-e", "1"]
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    r = _run(empty, *emb)
+    assert r.exit_code == 2 and "empty" in r.output
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"good film\nbad movie\n\xff\xfe broken\n")
+    r = _run(bad, *emb)
+    assert r.exit_code == 2 and "line 3" in r.output
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n\n")
+    r = _run(blank, *emb)
+    assert r.exit_code == 2 and "no words" in r.output
+    nocol = tmp_path / "nocol.csv"
+    nocol.write_text("a,b\n1,2\n")
+    r = _run(nocol, *emb)
+    assert r.exit_code == 2 and "text-column" in r.output
+    missing = _run(tmp_path / "nothere.csv", *emb)
+    assert missing.exit_code == 2 and "neither a file nor a built-in dataset" in missing.output
+    for p in (empty, bad, blank, nocol):
+        assert not list(tmp_path.glob(p.stem + ".santext*"))
+
+
+def test_output_equal_to_input_or_existing(tmp_path, table, small_glove_file):
+    src = tmp_path / "in.csv"
+    io.write_table(table, src)
+    before = _digest(src)
+    emb = ["--embeddings", str(small_glove_file), "-e", "1"]
+    r = _run(src, *emb, "-o", src)
+    assert r.exit_code == 2 and "is the input" in r.output and _digest(src) == before
+    r = _run(src, *emb, "-o", src, "--overwrite")
+    assert r.exit_code == 2 and _digest(src) == before
+    out = tmp_path / "out.csv"
+    out.write_text("keep me\n")
+    r = _run(src, *emb, "-o", out)
+    assert r.exit_code == 2 and "already exists" in r.output and out.read_text() == "keep me\n"
+    r = _run(src, *emb, "-o", out, "--overwrite", "-q")
+    assert r.exit_code == 0 and out.read_text() != "keep me\n"
+    default = _run(src, *emb, "-q")  # default output beside the input
+    assert default.exit_code == 0 and (tmp_path / "in.santext.csv").exists()
+
+
+def test_datasets_command():
+    r = runner.invoke(app, ["datasets", "--json"])
+    assert r.exit_code == 0
+    rows = json.loads(r.stdout)
+    assert {x["name"] for x in rows} >= {"rotten-tomatoes", "bbc-news"} and all(x["installed"] for x in rows)
+    r = runner.invoke(app, ["datasets", "drug-reviews", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["train_documents"] == 600
+    r = runner.invoke(app, ["datasets", "nope"])
+    assert r.exit_code == 2
