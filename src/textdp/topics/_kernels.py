@@ -155,7 +155,7 @@ def log_likelihood_symmetric(nwk, ndk, nk, doc_len, alpha, beta):
     """Joint log p(w, z) with Dirichlet-multinomial terms (Griffiths & Steyvers 2004, Eq. 2-3)."""
     V, K = nwk.shape
     M = ndk.shape[0]
-    ll = K * (math.lgamma(V * beta) - V * math.lgamma(beta))
+    ll = K * math.lgamma(V * beta)
     lgb = math.lgamma(beta)
     for k in range(K):
         ll -= math.lgamma(nk[k] + V * beta)
@@ -164,7 +164,7 @@ def log_likelihood_symmetric(nwk, ndk, nk, doc_len, alpha, beta):
             c = nwk[w, k]
             if c > 0:
                 ll += math.lgamma(c + beta) - lgb
-    ll += M * (math.lgamma(K * alpha) - K * math.lgamma(alpha))
+    ll += M * math.lgamma(K * alpha)
     lga = math.lgamma(alpha)
     for d in range(M):
         ll -= math.lgamma(doc_len[d] + K * alpha)
@@ -189,7 +189,7 @@ def log_likelihood_prior(nwk, ndk, nk, doc_len, alpha, beta_wk, beta_k):
             if c > 0:
                 b = beta_wk[w, k]
                 ll += math.lgamma(c + b) - math.lgamma(b)
-    ll += M * (math.lgamma(K * alpha) - K * math.lgamma(alpha))
+    ll += M * math.lgamma(K * alpha)
     lga = math.lgamma(alpha)
     for d in range(M):
         ll -= math.lgamma(doc_len[d] + K * alpha)

@@ -46,6 +46,16 @@ def _check_eps(epsilon, name="epsilon") -> float:
 # ------------------------------------------------------------------------------------------------------------
 # Accounting of repeated Laplace releases
 # ------------------------------------------------------------------------------------------------------------
+def _pld_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
+    """ε at δ of ``releases`` self-composed Laplace mechanisms (dp_accounting PLD, pessimistic)."""
+    import dp_accounting
+    from dp_accounting.pld import PLDAccountant
+
+    acc = PLDAccountant(value_discretization_interval=1e-3)
+    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(noise_multiplier), releases))
+    return float(acc.get_epsilon(delta))
+
+
 def laplace_composition(epsilon: float, releases: int, sensitivity: float, delta: float = 0.0) -> dict:
     """Calibrate the Laplace scale of ``releases`` adaptive releases with L1 ``sensitivity``
     so that the whole run is ε-DP (δ = 0) or (ε, δ)-DP (δ > 0).
@@ -53,8 +63,8 @@ def laplace_composition(epsilon: float, releases: int, sensitivity: float, delta
     δ = 0: basic composition of pure DP (dp_accounting has no pure-DP accountant that
     is tighter): each release gets ε_t = ε / releases and scale b = Δ₁/ε_t.
     δ > 0: dp_accounting's PLD accountant on ``releases`` self-composed
-    ``LaplaceDpEvent(b/Δ₁)``, with b found by ``dp_accounting.calibrate_dp_mechanism``
-    (the smallest noise whose composed ε at δ is <= the target); never larger than the
+    ``LaplaceDpEvent(b/Δ₁)``, with b found by bisection
+    (bisection for the smallest noise whose composed ε at δ is <= the target); never larger than the
     δ = 0 scale. Returns {"scale", "epsilon_per_release", "composition", "epsilon", "delta"}.
     """
     epsilon = _check_eps(epsilon)
@@ -67,24 +77,20 @@ def laplace_composition(epsilon: float, releases: int, sensitivity: float, delta
     out = {"scale": basic, "epsilon_per_release": epsilon / releases, "composition": "basic (pure DP)",
            "epsilon": epsilon, "delta": 0.0, "releases": releases, "sensitivity_l1": sensitivity}
     if delta > 0:
-        import dp_accounting
-        from dp_accounting.pld import PLDAccountant
-
-        def event(mult):
-            return dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(mult), releases)
-
-        try:
-            mult = dp_accounting.calibrate_dp_mechanism(
-                PLDAccountant, event, epsilon, float(delta),
-                bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, basic / sensitivity))
-        except Exception:  # noqa: BLE001 - fall back to the always-valid basic composition
-            mult = basic / sensitivity
+        mult_basic = basic / sensitivity
+        lo, hi = math.log(mult_basic / 1000.0), math.log(mult_basic)
+        for _ in range(16):  # bisection on log(noise multiplier): smallest noise meeting the target
+            mid = 0.5 * (lo + hi)
+            if _pld_epsilon(math.exp(mid), releases, float(delta)) <= epsilon:
+                hi = mid
+            else:
+                lo = mid
+        mult = math.exp(hi)
         scale = min(basic, mult * sensitivity)
-        acc = PLDAccountant()
-        acc.compose(event(scale / sensitivity))
         out.update(scale=scale, epsilon_per_release=sensitivity / scale, delta=float(delta),
-                   composition="dp_accounting PLD (Laplace, self-composed)",
-                   epsilon_achieved=float(acc.get_epsilon(float(delta))))
+                   composition="dp_accounting PLD accountant (Laplace, self-composed, pessimistic, "
+                               "value discretization 1e-3)",
+                   epsilon_achieved=_pld_epsilon(scale / sensitivity, releases, float(delta)))
     return out
 
 
@@ -156,7 +162,10 @@ class HDPLDA:
         return 2.0 * self.max_doc_length if self.unit == "document" else 2.0
 
     def accounting(self) -> dict:
-        acc = laplace_composition(self.epsilon, self.releases, self.sensitivity, self.delta)
+        key = (self.epsilon, self.releases, self.sensitivity, self.delta)
+        if getattr(self, "_acc_key", None) != key:
+            self._acc_key, self._acc = key, laplace_composition(*key)
+        acc = dict(self._acc)
         acc.update(mechanism="Laplace on topic-word counts, every release", unit=self.unit,
                    max_doc_length=self.max_doc_length if self.unit == "document" else None,
                    sweeps_per_release=self.sweeps_per_release,
