@@ -33,3 +33,8 @@ __all__ = [
     "EpsilonBound", "SelectedEvent", "clopper_pearson_lower", "clopper_pearson_upper",
     "empirical_epsilon_lower_bound", "selected_event_bound",
 ]
+
+from textdp.audit.grid import GRIDS, GridResult, GridSpec, load_published, plot_grid, run_grid, summary_text, write_grid_outputs  # noqa: E402
+
+__all__ += ["GRIDS", "GridResult", "GridSpec", "load_published", "plot_grid", "run_grid", "summary_text",
+            "write_grid_outputs"]

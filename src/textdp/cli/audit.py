@@ -1,0 +1,226 @@
+"""``textdp audit``: empirical privacy-loss audit (Habernal 2022 sanity check with confidence bounds).
+
+Thin layer over :mod:`textdp.audit`: parsing, progress, printing.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from textdp.cli._common import err_console, handle_errors, opt_json, opt_overwrite, opt_quiet, opt_seed, out_console, print_json, progress
+from textdp.errors import ParameterError
+
+
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        vals = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ParameterError(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
+    if not vals:
+        raise ParameterError(f"{name} is empty")
+    return vals
+
+
+def _ints(text: str, name: str) -> list[int]:
+    vals = _floats(text, name)
+    for v in vals:
+        if not math.isfinite(v) or v != int(v) or v < 1:
+            raise ParameterError(f"{name} must be positive integers, got {text!r}")
+    return [int(v) for v in vals]
+
+
+def _count(text: str, name: str) -> int:
+    try:
+        v = float(text)
+    except ValueError:
+        raise ParameterError(f"{name} must be a positive integer such as 1e6, got {text!r}") from None
+    if not math.isfinite(v) or v < 1 or v != int(v):
+        raise ParameterError(f"{name} must be a positive integer such as 1e6, got {text!r}")
+    return int(v)
+
+
+def _wide():
+    """stdout console at least 100 columns wide (tables are not squeezed into 80 when piped)."""
+    if out_console.is_terminal or out_console.width >= 100:
+        return out_console
+    from rich.console import Console
+
+    return Console(width=110, highlight=False)
+
+
+def _cell_text(c, fmt) -> str:
+    s = fmt(c.epsilon_hat, c.ceiling)
+    if c.violation:
+        return f"[bold red]{s} ✗[/]"
+    return s
+
+
+def _print_cells(cells, alpha: float) -> None:
+    from rich import box
+
+    from textdp.audit import format_epsilon as fmt
+
+    ns = sorted({c.samples for c in cells})
+    t = Table(title=f"audit: N={', '.join(f'{v:,}' for v in ns)} records per dataset; [ε_lo, ε_hi] "
+                    f"{100 * (1 - alpha):g}% (majority vote); thr = selected-threshold attack",
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("mechanism", "ε", "n", "ε̂", "ε_lo", "ε_hi", "oracle", "thr ε_lo", "verdict"):
+        t.add_column(col, justify="left" if col in ("mechanism", "verdict") else "right")
+    for c in cells:
+        lo = f"[bold red]{c.epsilon_lower:.4f}[/]" if c.violation else f"{c.epsilon_lower:.4f}"
+        strong = "–" if not c.strong else (
+            f"[bold red]{c.strong.epsilon_lower:.4f}[/]" if c.strong_violation else f"{c.strong.epsilon_lower:.4f}")
+        verdict = "[bold red]VIOLATION[/]" if c.any_violation else "[green]ok[/]"
+        t.add_row(c.mechanism, f"{c.epsilon:g}", str(c.n), fmt(c.epsilon_hat, c.ceiling), lo,
+                  fmt(c.epsilon_upper, c.ceiling), ("∞" if math.isinf(c.oracle) else f"{c.oracle:.4f}") if c.oracle is not None else "–",
+                  strong, verdict)
+    _wide().print(t)
+    out_console.print("ok = not refuted at this confidence (an audit can refute a DP claim, never certify one); "
+                      "red = a lower bound above the claimed ε", highlight=False)
+
+
+def _print_grid(result) -> None:
+    from rich import box
+
+    from textdp.audit import format_epsilon as fmt
+    from textdp.audit.grid import summary_text
+
+    mechs = list(dict.fromkeys(c.mechanism for c in result.cells))
+    dims = sorted({c.n for c in result.cells})
+    for m in mechs:
+        cs = [c for c in result.cells if c.mechanism == m]
+        broken = " (BROKEN replica)" if any(c.broken for c in cs) else ""
+        t = Table(title=f"{m}{broken}: ε̂ (majority vote); ✗ = violation (ε_lo > ε)", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+        t.add_column("ε", justify="right")
+        for d in dims:
+            t.add_column(f"n={d}", justify="right")
+        for e in sorted({c.epsilon for c in cs}):
+            row = {c.n: c for c in cs if c.epsilon == e}
+            t.add_row(f"{e:g}", *[_cell_text(row[d], fmt) if d in row else "" for d in dims])
+        _wide().print(t)
+    out_console.print(summary_text(result), highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("audit")
+    @handle_errors
+    def audit(
+        mechanism: Optional[str] = typer.Option(
+            None, "--mechanism", "-m",
+            help="Zoo mechanism (laplace, adept, dptext, copy, random, wrong-sensitivity, laplace-secure), "
+                 "or your own as package.module:function / file.py:function: f(records (N,n) float array, "
+                 "numpy Generator) -> (N,n) array.",
+        ),
+        epsilon: Optional[str] = typer.Option(None, "--epsilon", "-e", help="Claimed ε per record (comma list allowed)."),
+        dims: str = typer.Option("1,8,128", "--dims", "-n", help="Record dimensions n, comma-separated."),
+        samples: Optional[str] = typer.Option(None, "--samples", "-N", help="Records per dataset (e.g. 1e7). Default 1e6; grid default 1e7."),
+        grid: Optional[str] = typer.Option(None, "--grid", help="Run a published grid: habernal2022."),
+        alpha: float = typer.Option(0.05, "--alpha", help="1 − alpha is the confidence of each lower bound."),
+        fast: bool = typer.Option(False, "--fast", help="Zoo mechanisms only: draw the exact sufficient statistic "
+                                  "(Binomial/Multinomial bit counts) instead of full noise arrays."),
+        statistic: str = typer.Option("bits", "--statistic", help="Statistic of the threshold attack: bits or clipped-mean (full noise only)."),
+        no_strong: bool = typer.Option(False, "--no-strong", help="Only the paper's majority-vote attack."),
+        workers: Optional[int] = typer.Option(None, "--workers", help="Threads (default: all cores)."),
+        fail_on_violation: bool = typer.Option(False, "--fail-on-violation", help="Exit with status 3 if any cell is a violation (for CI)."),
+        list_mechanisms: bool = typer.Option(False, "--list", help="List the auditable built-in mechanisms and exit."),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for JSON, CSV and plot."),
+        seed: Optional[int] = opt_seed(),
+        overwrite: bool = opt_overwrite(),
+        quiet: bool = opt_quiet(),
+        json_out: bool = opt_json(),
+    ):
+        """Audit a mechanism's privacy claim empirically: neighbouring records 0^n vs 1^n, a reconstruction
+        attack, ε̂ with an exact lower confidence bound, and a verdict (violation iff ε_lo > claimed ε).
+
+        Examples: textdp audit -m laplace -e 1 --dims 1,8,128 --samples 1e7;
+        textdp audit --grid habernal2022 --output results/ --fast;
+        textdp audit -m mymech.py:privatize -e 2 --dims 16
+        """
+        from textdp import audit as A
+        from textdp.audit.grid import GRIDS, GridResult, grid_work, write_grid_outputs
+
+        if list_mechanisms:
+            from textdp.mechanisms.registry import registry
+
+            for name, info in sorted(registry().items()):
+                if info.capability == "audit":
+                    flag = " [BROKEN: " + info.reason + "]" if info.broken else ""
+                    out_console.print(f"{name[len('audit.'):]:<18} {info.description}{flag}", highlight=False)
+            return
+        if grid is None and mechanism is None:
+            raise ParameterError("give --mechanism NAME (with --epsilon) or --grid habernal2022; see textdp audit --help")
+        if grid is not None and grid not in GRIDS:
+            raise ParameterError(f"unknown grid {grid!r}; known: {', '.join(GRIDS)}")
+        if statistic not in A.core.STATISTICS:
+            raise ParameterError(f"--statistic must be one of {', '.join(A.core.STATISTICS)}, got {statistic!r}")
+        sampler = "sufficient-statistic" if fast else "full"
+        N = _count(samples, "--samples") if samples is not None else None
+        stem = grid or "audit"
+        if output is not None:
+            from textdp.data.io import check_output_path
+
+            if output.exists() and not output.is_dir():
+                raise ParameterError(f"--output {str(output)!r} must be a folder")
+            if output.exists():
+                for ext in ("json", "csv", "png"):
+                    check_output_path(output / f"{stem}.{ext}", overwrite=overwrite)
+
+        if grid is not None:
+            spec = GRIDS[grid]
+            mechs = [mechanism] if mechanism else list(spec.mechanisms)
+            epss = _floats(epsilon, "--epsilon") if epsilon else list(spec.epsilons)
+            dd = _ints(dims, "--dims") if dims != "1,8,128" else list(spec.dims)
+            N = N or spec.samples
+            work = grid_work(mechs, dd, epss, N, strong=not no_strong)
+            if not fast and not quiet and work > 5e9:
+                err_console.print(f"note: the full-noise grid draws {work:.2g} noise values (hours on 2 cores); "
+                                  f"--fast draws the exact sufficient statistic instead", highlight=False)
+            with progress(quiet) as bar:
+                task = bar.add_task(f"audit {grid}", total=work)
+                result = A.run_grid(grid, samples=N, mechanisms=mechs, epsilons=epss, dims=dd, alpha=alpha,
+                                    seed=seed, sampler=sampler, statistic=statistic, strong=not no_strong,
+                                    workers=workers, progress=lambda k: bar.advance(task, k))
+        else:
+            if epsilon is None:
+                raise ParameterError("give the claimed --epsilon for --mechanism")
+            epss = _floats(epsilon, "--epsilon")
+            dd = _ints(dims, "--dims")
+            N = N or 10**6
+            from textdp.audit.core import _cell_seeds
+
+            seeds = _cell_seeds(seed, len(epss) * len(dd))
+            cells = []
+            per = N + (0 if no_strong else math.ceil(0.1 * N))
+            with progress(quiet) as bar:
+                task = bar.add_task(f"audit {mechanism}", total=2 * per * sum(dd) * len(epss))
+                i = 0
+                for e in epss:
+                    for d in dd:
+                        cells.append(A.audit_mechanism(
+                            mechanism, e, d, N, alpha, seeds[i], strong=not no_strong, statistic=statistic,
+                            sampler=sampler, workers=workers, progress=lambda k, d=d: bar.advance(task, k * d)))
+                        i += 1
+            result = GridResult("audit", cells, {}, sum(c.wall_s for c in cells),
+                                {"grid": None, "samples": N, "alpha": alpha, "sampler": sampler,
+                                 "statistic": statistic, "strong": not no_strong, "seed": cells[0].seed})
+
+        paths = write_grid_outputs(result, output, overwrite=overwrite, stem=stem) if output is not None else []
+        if json_out:
+            print_json({"settings": result.settings, "wall_s": result.wall_s, "outputs": [str(p) for p in paths],
+                        "flagged": result.flagged(), "cells": result.rows()})
+        else:
+            if grid is not None:
+                _print_grid(result)
+            else:
+                _print_cells(result.cells, alpha)
+            if not quiet:
+                for p in paths:
+                    err_console.print(f"wrote {p}", highlight=False)
+        if fail_on_violation and any(c.any_violation for c in result.cells):
+            raise typer.Exit(3)
