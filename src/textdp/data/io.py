@@ -90,6 +90,23 @@ def _check_readable(path: Path) -> None:
         raise InputError(f"input file {str(path)!r} is empty")
 
 
+MAX_COLUMNS = 10_000  # wider delimited files are refused before parsing (a hostile header can hang pandas)
+
+
+def _check_width(path: Path, fmt: str) -> None:
+    """Refuse CSV/TSV files whose header has more than MAX_COLUMNS fields (reads <= 1 MB)."""
+    if fmt not in ("csv", "tsv"):
+        return
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 20).split(b"\n", 1)[0]
+    n = head.count(b"," if fmt == "csv" else b"\t") + 1
+    if n > MAX_COLUMNS:
+        raise InputError(
+            f"{path.name}: the header has {n if len(head) < (1 << 20) else 'over ' + str(n)} columns; textdp reads "
+            f"at most {MAX_COLUMNS} columns; keep only the text column(s) (e.g. cut -d, -f1)"
+        )
+
+
 def _find_bad_line(path: Path, encoding: str = "utf-8") -> tuple[int, str] | None:
     """First line (1-based) that does not decode, with the decoder's reason; streamed."""
     with open(path, "rb") as fh:
@@ -134,6 +151,10 @@ def _finish(df: pd.DataFrame, path: Path, text_column: str | None) -> tuple[pd.D
             f"{path.name}: no column {col!r} (columns: {', '.join(map(str, list(df.columns)[:10]))}); "
             "pass the right --text-column"
         )
+    if df[col].dtype == object and pd.api.types.infer_dtype(df[col], skipna=True) not in ("string", "empty"):
+        if df[col].map(lambda v: isinstance(v, (list, tuple, dict, bytes)) or hasattr(v, "shape")).any():
+            raise InputError(f"{path.name}: column {col!r} holds nested values (lists/objects/bytes), not text; "
+                             "pass the right --text-column or flatten the file")
     df[col] = df[col].fillna("").astype(str)
     return df, col
 
@@ -176,6 +197,7 @@ def read_table(
     p = Path(path)
     _check_readable(p)
     fmt = detect_format(p, fmt)
+    _check_width(p, fmt)
     try:
         if fmt == "txt":
             df = _read_txt(p, encoding)
@@ -254,6 +276,7 @@ def iter_table_chunks(
     fmt = detect_format(p, fmt)
     if chunksize < 1:
         raise ParameterError("chunksize must be >= 1")
+    _check_width(p, fmt)
     col = text_column
     n = 0
     try:
@@ -289,6 +312,10 @@ def iter_table_chunks(
     except pd.errors.ParserError as exc:
         msg = str(exc).strip().splitlines()[-1][:160]
         raise InputError(f"{p.name}: malformed {fmt.upper()} ({msg})") from None
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, (InputError, ParameterError)):
+            raise
+        raise InputError(f"{p.name}: cannot read as {fmt} ({type(exc).__name__}: {str(exc)[:120]})") from None
     if n == 0:
         raise InputError(f"{p.name}: no rows to read")
 

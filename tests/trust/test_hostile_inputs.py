@@ -1,0 +1,130 @@
+"""Hostile input: every bad file gives a clear one-line InputError (never another
+exception), raw text appears only as a short marked excerpt, and large/wide
+inputs are read with bounded memory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from textdp.data import io
+from textdp.errors import InputError
+
+from . import hostile
+
+
+def _read_all(path):
+    df, col = io.read_table(path)
+    return df[col].tolist()
+
+
+def _stream_all(path):
+    out = []
+    for df, col in io.iter_table_chunks(path, chunksize=2):
+        out.extend(df[col].tolist())
+    return out
+
+
+@pytest.mark.parametrize("reader", [_read_all, _stream_all], ids=["read_table", "iter_table_chunks"])
+@pytest.mark.parametrize("build", hostile.ERRORS, ids=lambda f: f.__name__)
+def test_bad_file_gives_one_line_input_error(tmp_path, build, reader):
+    p = build(tmp_path)
+    with pytest.raises(InputError) as err:
+        reader(p)
+    msg = str(err.value)
+    assert "\n" not in msg and 0 < len(msg) < 400
+    assert "SECRET-PAYLOAD-" + "z" * 41 not in msg  # raw text only as a <= 40-char excerpt
+
+
+@pytest.mark.parametrize("reader", [_read_all, _stream_all], ids=["read_table", "iter_table_chunks"])
+@pytest.mark.parametrize("build", list(hostile.OK), ids=lambda f: f.__name__)
+def test_odd_but_valid_files_read_cleanly(tmp_path, build, reader):
+    p = build(tmp_path)
+    assert reader(p) == hostile.OK[build]
+
+
+def test_ragged_csv_is_an_error_or_reads(tmp_path):
+    p = hostile.ragged_csv(tmp_path)
+    try:
+        rows = _read_all(p)
+    except InputError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert isinstance(rows, list)
+
+
+def _peak_rss_mb(code: str) -> tuple[int, float, str]:
+    """Run ``code`` in a fresh interpreter; return (exit code, peak RSS in MB, stderr)."""
+    wrapper = code + textwrap.dedent(
+        """
+        import resource, sys
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, file=sys.stderr)
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=300)
+    last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "nan"
+    try:
+        peak = float(last)
+    except ValueError:
+        peak = float("nan")
+    return r.returncode, peak, r.stderr
+
+
+def test_million_columns_csv_is_refused_with_bounded_memory(tmp_path):
+    p = hostile.many_columns(tmp_path, 1_000_000)  # ~ 8 MB header + 2 MB row
+    code = textwrap.dedent(
+        f"""
+        from textdp.data import io
+        from textdp.errors import InputError
+        for f in (io.read_table, lambda q: list(io.iter_table_chunks(q))):
+            try:
+                f({str(p)!r})
+            except InputError as e:
+                assert "column" in str(e), str(e)
+            else:
+                raise SystemExit("no error for a million columns")
+        """
+    )
+    rc, peak, err = _peak_rss_mb(code)
+    assert rc == 0, err[-2000:]
+    assert peak < 600, f"peak RSS {peak:.0f} MB"
+
+
+def test_long_single_line_streams_with_bounded_memory(tmp_path):
+    p = hostile.long_line(tmp_path, 8)
+    code = textwrap.dedent(
+        f"""
+        from textdp.data import io
+        from textdp.errors import InputError
+        try:
+            n = sum(len(df) for df, _ in io.iter_table_chunks({str(p)!r}))
+            assert n == 1, n
+        except InputError as e:
+            assert "\\n" not in str(e)
+        """
+    )
+    rc, peak, err = _peak_rss_mb(code)
+    assert rc == 0, err[-2000:]
+    assert peak < 600, f"peak RSS {peak:.0f} MB"
+
+
+@pytest.mark.slow
+def test_100mb_single_line(tmp_path):
+    """The corpus entry of issue 8: a 100 MB single line (slow: writes 100 MB)."""
+    p = hostile.long_line(tmp_path, 100)
+    code = textwrap.dedent(
+        f"""
+        from textdp.data import io
+        from textdp.errors import InputError
+        try:
+            n = sum(len(df) for df, _ in io.iter_table_chunks({str(p)!r}))
+        except InputError as e:
+            assert "\\n" not in str(e)
+        """
+    )
+    rc, peak, err = _peak_rss_mb(code)
+    assert rc == 0, err[-2000:]
+    assert peak < 1500, f"peak RSS {peak:.0f} MB"
