@@ -101,7 +101,7 @@ class HDPLDA:
     """HDP-LDA: centralized CGS whose topic-word statistics are released with Laplace noise (spec B.3) [R].
 
     Mechanism (one run, ``iterations`` sweeps): the curator holds the true counts.
-    The first sweep uses a data-independent view (φ drawn from Dir(β)). After every
+    The first sweeps use a data-independent view (φ_k drawn from Dir(1, …, 1)). After every
     ``sweeps_per_release`` sweeps it releases the noisy view
     ñ_k^(w) = max(n_k^(w) + Lap(b), 0) (a separate float array; the integer counts are
     never touched) and the following sweeps sample with the topic-word term fixed to
@@ -207,7 +207,7 @@ class HDPLDA:
         t0 = time.perf_counter()
         state = GibbsState(corpus, self.n_topics, self.alpha, self.beta, rng)
         V, K = state.V, state.K
-        phi_wk = np.ascontiguousarray(rng.dirichlet(np.full(V, self.beta), size=K).T)  # data-independent start
+        phi_wk = np.ascontiguousarray(rng.dirichlet(np.ones(V), size=K).T)  # data-independent random start
         box = {"phi": phi_wk, "sweep": 0, "view": None}
 
         def step():

@@ -1,0 +1,117 @@
+"""Saving, loading and exporting topic models; bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from textdp.errors import InputError, OutputError, ParameterError
+from textdp.topics import HDPLDA, LDA, LPLDA, OLPLDA, Corpus, TopicModel, load_model, make_trainer
+
+
+@pytest.fixture(scope="module")
+def model(synth):
+    corpus, _ = synth
+    return LDA(3, alpha=0.3, iterations=30, seed=1).fit(corpus)
+
+
+def test_save_load_roundtrip(model, tmp_path):
+    out = model.save(tmp_path / "m")
+    assert {p.name for p in out.iterdir()} == {"model.npz", "model.json", "model.card.json"}
+    back = load_model(out)
+    assert np.array_equal(back.topic_word, model.topic_word)
+    assert back.vocabulary == model.vocabulary and back.alpha == model.alpha and back.beta == model.beta
+    assert back.guarantee == model.guarantee
+    assert np.array_equal(back.topic_word_counts, model.topic_word_counts)
+    card = json.loads((out / "model.card.json").read_text())
+    assert card["guarantee"]["kind"] == "none" and card["seed"]["seeded"] is True
+    with pytest.raises(OutputError):
+        model.save(out)
+    model.save(out, overwrite=True)
+    assert load_model(out).top_words(3) == model.top_words(3)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary leftovers
+
+
+def test_private_model_saves_guarantee_and_no_counts(synth, tmp_path):
+    corpus, _ = synth
+    m = HDPLDA(3, epsilon=4.0, iterations=4, seed=0, max_doc_length=40).fit(corpus)
+    out = m.save(tmp_path / "hdp")
+    with np.load(out / "model.npz") as z:
+        assert z.files == ["topic_word"]
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["guarantee"] == {"kind": "pure-dp", "epsilon": 4.0, "unit": "document", "neighbours": "replace-one"}
+    assert meta["accounting"]["scale"] == pytest.approx(2 * 40 * 4 / 4.0)
+    assert load_model(out).guarantee.epsilon == 4.0
+
+
+def test_export_gensim_and_csv(model, tmp_path):
+    files = model.export(tmp_path / "g", "gensim")
+    topics = np.load(files[0])
+    assert topics.shape == (3, 30) and np.allclose(topics.sum(1), 1)
+    lines = files[1].read_text().splitlines()
+    assert lines[0] == "0" and lines[1].split("\t") == ["0", model.vocabulary[0], "0"]
+    files = model.export(tmp_path / "c", "csv", top_n=5)
+    import pandas as pd
+
+    tw = pd.read_csv(files[0])
+    assert list(tw.columns) == ["word", "topic_0", "topic_1", "topic_2"] and len(tw) == 30
+    top = pd.read_csv(files[1])
+    assert len(top) == 15 and top.groupby("topic")["word"].apply(list).tolist() == model.top_words(5)
+    with pytest.raises(OutputError):
+        model.export(tmp_path / "c", "csv")
+    with pytest.raises(ParameterError):
+        model.export(tmp_path / "x", "parquet")
+
+
+def test_load_rejects_non_model(tmp_path):
+    with pytest.raises(InputError):
+        load_model(tmp_path)
+
+
+@pytest.mark.parametrize("kw", [dict(n_topics=0), dict(n_topics=2.5), dict(alpha=0), dict(alpha=-1),
+                                dict(beta=0), dict(beta=float("nan")), dict(iterations=0)])
+def test_bad_hyperparameters(kw):
+    args = dict(n_topics=3) | kw
+    with pytest.raises(ParameterError):
+        LDA(**args)
+
+
+@pytest.mark.parametrize("f", [0, 1, -0.1, 1.5, "x"])
+def test_bad_flip(f):
+    with pytest.raises(ParameterError):
+        LPLDA(3, flip=f)
+    with pytest.raises(ParameterError):
+        OLPLDA(3, flip=f)
+
+
+def test_flip_and_epsilon_exclusive():
+    with pytest.raises(ParameterError):
+        LPLDA(3, flip=0.5, epsilon=1.0)
+    with pytest.raises(ParameterError):
+        LPLDA(3)
+    with pytest.raises(ParameterError):
+        make_trainer("dp-magic")
+
+
+def test_empty_documents_skipped_and_small_corpora_rejected():
+    c = Corpus.from_texts(["apple banana", "", "the of and", "banana cherry apple"], min_count=1)
+    assert c.n_docs == 2 and c.skipped_docs == 2 and list(c.kept_docs) == [0, 3]
+    with pytest.raises(InputError, match="fewer than K"):
+        LDA(5, iterations=2).fit(c)
+    with pytest.raises(InputError, match="single word"):
+        Corpus.from_texts(["apple apple", "apple"], min_count=1)
+    with pytest.raises(InputError):
+        Corpus.from_texts(["", "the and"], min_count=1)
+    with pytest.raises(InputError):
+        Corpus.from_texts([])
+
+
+def test_no_nan_with_extreme_parameters(synth):
+    corpus, _ = synth
+    for m in (LDA(3, alpha=1e-6, beta=1e-6, iterations=3, seed=0).fit(corpus),
+              HDPLDA(3, epsilon=1e-3, iterations=2, seed=0).fit(corpus),
+              LPLDA(3, flip=0.9, iterations=2, seed=0, threshold=0).fit(corpus)):
+        assert np.all(np.isfinite(m.topic_word))
+        assert np.isfinite(m.perplexity(corpus, iterations=3, burn_in=1, seed=0))
