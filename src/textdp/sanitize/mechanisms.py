@@ -505,7 +505,9 @@ class TokenSanitizer:
         key = (id(out_rows), len(out_rows))
         cache = getattr(self, "_kernel_cache", None)
         if cache is None or cache[0] != key:
-            cache = (key, ExponentialKernel(self.embeddings.vectors[out_rows], self.epsilon))
+            vec = self.embeddings.vectors
+            y = vec if len(out_rows) == len(vec) and np.array_equal(out_rows, np.arange(len(vec))) else vec[out_rows]
+            cache = (key, ExponentialKernel(y, self.epsilon))
             self._kernel_cache = cache
         return cache[1]
 

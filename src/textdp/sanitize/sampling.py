@@ -60,17 +60,21 @@ class ExponentialKernel:
     reduces float32 cancellation).
     """
 
-    def __init__(self, y: np.ndarray, epsilon: float):
-        y64 = np.asarray(y, dtype=np.float64)
-        self.center = y64.mean(axis=0) if len(y64) else np.zeros(y64.shape[1])
-        yc = y64 - self.center
+    def __init__(self, y: np.ndarray, epsilon: float, chunk_rows: int = 65536):
+        v, m = y.shape
         c2 = (0.5 * float(epsilon)) ** 2
-        ya = np.empty((len(yc), yc.shape[1] + 2))
-        ya[:, :-2] = -2.0 * yc
-        ya[:, -2] = 1.0
-        ya[:, -1] = squared_norms(yc)
-        self._yaT = np.ascontiguousarray((c2 * ya).T, dtype=np.float32)  # (m+2, V)
-        self.v = len(yc)
+        total = np.zeros(m)
+        for s in range(0, v, chunk_rows):  # chunked: memory stays O(chunk) beyond the result
+            total += np.asarray(y[s : s + chunk_rows], dtype=np.float64).sum(axis=0)
+        self.center = total / max(v, 1)
+        yat = np.empty((m + 2, v), dtype=np.float32)
+        for s in range(0, v, chunk_rows):
+            yc = np.asarray(y[s : s + chunk_rows], dtype=np.float64) - self.center
+            yat[:m, s : s + len(yc)] = (-2.0 * c2 * yc).T
+            yat[m, s : s + len(yc)] = c2
+            yat[m + 1, s : s + len(yc)] = c2 * squared_norms(yc)
+        self._yaT = yat  # (m+2, V) float32
+        self.v = v
         self.epsilon = float(epsilon)
 
     def weights(self, x: np.ndarray, self_cols: np.ndarray | None = None, out: np.ndarray | None = None

@@ -71,8 +71,8 @@ def privacy_statistics(mech, mean_document_tokens: float | None = None, max_docu
     """The statistics a privacy card carries for a token sanitizer.
 
     * ``plausible_deniability``: N_w / S_w (``k`` draws) summarised over ``n_words``
-      output words spread over the frequency ranking, plus the ``n_examples`` most
-      frequent words (with the corpus vocabulary these words come from the
+      output words spread over the frequency ranking, plus the first ``n_examples`` of them
+      first words of that sample (with the corpus vocabulary these words come from the
       sanitized data, like the output vocabulary itself).
     * ``per_document``: composition of the per-token guarantee over a document:
       two documents of equal length L are ``eps·Σ_i d(x_i, x'_i)``-indistinguishable
@@ -124,7 +124,7 @@ def privacy_statistics(mech, mean_document_tokens: float | None = None, max_docu
             "words": int(len(words)),
             "N_w": _summary(pd_["N_w"]),
             "S_w": _summary(pd_["S_w"]),
-            "examples_most_frequent": examples,
+            "examples_across_frequency_ranks": examples,
         },
         "per_document": per_doc,
     }
