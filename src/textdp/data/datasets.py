@@ -198,10 +198,39 @@ _LOADERS = {
 }
 
 
+def _parquet_cache(name: str, spec: _Spec) -> tuple[Path, Path] | None:
+    """Where the parsed splits of ``name`` are cached (keyed by the package version)."""
+    try:
+        version = md.version(spec.dist)
+        from textdp.cache import cache_dir
+
+        folder = cache_dir("datasets")
+    except (md.PackageNotFoundError, OSError):
+        return None
+    stem = f"{name}-{spec.dist}-{version}-v1"
+    return folder / f"{stem}.train.parquet", folder / f"{stem}.test.parquet"
+
+
 @lru_cache(maxsize=8)
 def _load_cached(name: str) -> Dataset:
     spec = DATASETS[name]
-    train, test = _LOADERS[name](spec)
+    paths = _parquet_cache(name, spec)
+    if paths is not None and paths[0].exists() and paths[1].exists():
+        try:
+            train, test = pd.read_parquet(paths[0]), pd.read_parquet(paths[1])
+        except (OSError, ValueError):  # a damaged cache is rebuilt
+            train, test = _LOADERS[name](spec)
+    else:
+        train, test = _LOADERS[name](spec)
+        if paths is not None:
+            from textdp.data.io import atomic_output
+
+            try:
+                for frame, path in ((train, paths[0]), (test, paths[1])):
+                    with atomic_output(path) as tmp:
+                        frame.to_parquet(tmp, index=False)
+            except OSError:  # a read-only cache only costs speed
+                pass
     labels = sorted(set(train["label"]) | set(test["label"]))
     return Dataset(name, train, test, spec.description, spec.task, source=spec.dist, labels=labels)
 
