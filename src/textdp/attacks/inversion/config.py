@@ -1,0 +1,149 @@
+"""Configuration and presets of ``textdp attack invert``.
+
+Presets (``preset_config(name)``):
+
+* ``paper`` — the paper's settings where they are known (Zhang et al. 2022 App.
+  A.3): target fine-tuned 5 epochs, batch 8, AdamW 5e-5; templates with
+  frequency > 20 (220 phrase+adjective templates for short texts, 320 3-8-grams
+  for long ones); TR window 3, KL 0, other PPLM knobs at the PPLM code defaults;
+  generated length = mean private length; VMI 50 steps with one restart per
+  template. The generator is a from-scratch causal LM on the target's WordPiece
+  ids (no GPT-2 weights exist offline). Hours on a CPU.
+* ``cpu`` — the same pipeline sized for a 2-core CPU: MiniLM cut to its first 3
+  layers, 3 epochs, a 3-layer d=128 generator, 50 frequent 2-4-gram templates,
+  generated length capped at 20 tokens (about 100 texts per method).
+* ``tiny`` — a plumbing check in well under a minute: small random BERT target
+  and tiny generator on a few hundred texts, 4 templates, 8 tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from textdp.attacks.inversion.pplm import PPLMConfig
+from textdp.errors import ParameterError
+
+__all__ = ["InversionConfig", "preset_config", "PRESETS"]
+
+PRESETS = ("cpu", "paper", "tiny")
+
+
+@dataclass
+class InversionConfig:
+    """Every knob of the attack pipeline (see the module docstring for presets)."""
+
+    preset: str = "cpu"
+    # data
+    public_fraction: float = 0.8
+    max_public: int | None = None
+    max_private: int | None = None
+    max_len: int = 64  # classifier tokens
+    split_seed: int = 20220921  # deterministic public/private split (not a privacy seed)
+    model_seed: int = 0  # seed of target/generator/scorer training (cached by it)
+    # target
+    target_model: str = "minilm"  # "minilm", a local folder, a hub name, or "tiny"
+    target_layers: int | None = 3
+    target_epochs: int = 3
+    target_lr: float = 5e-5
+    target_batch: int = 16
+    tiny_target: dict = field(default_factory=lambda: {"hidden": 32, "layers": 2, "heads": 2, "intermediate": 64})
+    # generator (from scratch on the target's WordPiece ids) and fluency scorer
+    generator: str = "scratch"
+    gen_d_model: int = 128
+    gen_layers: int = 3
+    gen_heads: int = 4
+    gen_epochs: int = 6
+    gen_lr: float = 2e-3
+    gen_batch: int = 32
+    gen_block: int = 64
+    gen_min_count: int = 2
+    gen_max_vocab: int | None = 12000
+    scorer_seed_offset: int = 1000  # scorer = same recipe, another seed (never the generator itself)
+    # templates
+    template_style: str = "ngram"
+    template_n_min: int = 2
+    template_n_max: int = 4
+    template_min_freq: int = 20
+    n_templates: int = 50
+    template_drop_contained: bool = True
+    template_fraction: float = 1.0
+    adjective_source: str = "label_pmi"
+    num_samples: int = 1  # texts per (label, template)
+    # attack
+    pplm: PPLMConfig = field(default_factory=lambda: PPLMConfig(stepsize=0.02, num_iterations=3, window_length=3,
+                                                                kl_scale=0.0, gamma=1.5, gm_scale=0.9, top_k=10,
+                                                                sample=True, gen_length=20))
+    gen_length: str | int = "avg"  # "avg" = mean private length in WordPiece tokens
+    gen_length_cap: int | None = 20
+    batch_size: int = 25
+    vmi_steps: int = 50
+    vmi_lr: float = 0.05
+    # metrics
+    matcher: str = "lcs"
+    kendall_p: float = 0.5
+    kendall_k: tuple = (10, 100)
+    # defences
+    dp_epsilon: float = 8.0
+    dp_delta: float | None = None
+    dp_epochs: int = 3
+    dp_lr: float = 5e-4
+    dp_batch: int = 32
+    dp_max_grad_norm: float = 0.1
+    dp_trainable_layers: int = 1
+    santext_epsilon: float = 3.0
+    santext_embeddings: str = "glove-6b-50d"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["kendall_k"] = list(self.kendall_k)
+        return d
+
+    def with_overrides(self, **kw) -> "InversionConfig":
+        """A copy with fields replaced; ``pplm_<knob>=`` sets a PPLM knob. Unknown names raise ParameterError."""
+        names = {f.name for f in fields(self)}
+        pknobs = {f.name for f in fields(PPLMConfig)}
+        top, pp = {}, {}
+        for k, v in kw.items():
+            if v is None:
+                continue
+            if k.startswith("pplm_") and k[5:] in pknobs:
+                pp[k[5:]] = v
+            elif k in names:
+                top[k] = v
+            else:
+                raise ParameterError(f"unknown attack setting {k!r}")
+        out = replace(self, **top)
+        if pp:
+            out = replace(out, pplm=replace(out.pplm, **pp))
+        return out
+
+
+def preset_config(name: str, *, long_texts: bool = False) -> InversionConfig:
+    """The configuration of a preset (``cpu``, ``paper`` or ``tiny``).
+
+    ``long_texts`` switches the paper preset to the long-text template recipe
+    (3-8-grams, 320 templates). Raises ParameterError for an unknown preset.
+    """
+    key = str(name).strip().lower()
+    if key not in PRESETS:
+        raise ParameterError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    base = InversionConfig(preset=key)
+    if key == "cpu":
+        return base
+    if key == "paper":
+        c = replace(base, target_layers=None, target_epochs=5, target_batch=8, target_lr=5e-5,
+                    gen_d_model=256, gen_layers=4, gen_heads=4, gen_epochs=10, gen_max_vocab=None,
+                    template_min_freq=20, gen_length="avg", gen_length_cap=None, vmi_steps=50, max_len=128,
+                    batch_size=32)
+        if long_texts:
+            return replace(c, template_style="ngram", template_n_min=3, template_n_max=8, n_templates=320,
+                           max_len=256)
+        return replace(c, template_style="phrase_adj", n_templates=220, adjective_source="label_pmi")
+    # tiny
+    return replace(base, max_public=400, max_private=120, max_len=48, target_model="tiny", target_layers=None,
+                   target_epochs=4, target_lr=2e-3, target_batch=16,
+                   gen_d_model=32, gen_layers=1, gen_heads=2, gen_epochs=2, gen_lr=5e-3, gen_block=40,
+                   gen_max_vocab=3000, gen_min_count=1,
+                   template_n_min=2, template_n_max=3, template_min_freq=3, n_templates=4,
+                   pplm=replace(base.pplm, num_iterations=2, gen_length=8), gen_length=8, gen_length_cap=8,
+                   batch_size=8, vmi_steps=5, dp_epochs=1, kendall_k=(10,))

