@@ -260,3 +260,16 @@ def test_tail_check_catches_the_naive_float_sampler():
     assert (S.ExactCategorical(row[None, :]).probabilities() > 0).all()  # ... and passes for ours
     # and the naive sampler's draws agree with that: outcomes >= 10 never appear
     assert _naive_softmax_sampler(row, 10_000, make_rng(0)).max() < 10
+
+
+def test_categorical_from_weights_contract_and_law():
+    rng = make_rng(14)
+    w = np.array([[1.0, 2.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0], [5.0, 5.0, 5.0, 5.0]], dtype=np.float32)
+    counts = np.array([N, 300, 0])
+    out = S.categorical_from_weights(w, counts, rng)
+    assert out.shape == (N + 300,) and out.dtype == np.int64
+    q = (1 - S.DEFAULT_ETA) * w[0] / w[0].sum() + S.DEFAULT_ETA / 4
+    assert chi2_pvalue(out[:N], np.arange(4), q) > ALPHA
+    assert (out[N:] == 2).sum() >= 299  # an underflowed (0) weight keeps only the tiny eta/V share
+    with pytest.raises(ParameterError):
+        S.categorical_from_weights(np.zeros((1, 3)), np.array([1]), rng)

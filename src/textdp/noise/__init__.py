@@ -14,6 +14,7 @@ from textdp.noise.samplers import (
     bernoulli,
     categorical_discretisation_epsilon,
     categorical_from_log_weights,
+    categorical_from_weights,
     discrete_gaussian,
     discrete_laplace,
     gamma,
@@ -32,7 +33,7 @@ from textdp.noise.samplers import (
 
 __all__ = [
     "RandomSource", "make_rng", "random_source", "seed_mode", "spawn",
-    "laplace", "gaussian", "gamma", "uniform_direction", "randomized_response", "categorical_from_log_weights",
+    "laplace", "gaussian", "gamma", "uniform_direction", "randomized_response", "categorical_from_log_weights", "categorical_from_weights",
     "discrete_laplace", "discrete_gaussian", "bernoulli", "ExactCategorical", "categorical_discretisation_epsilon",
     "laplace_mechanism", "gaussian_mechanism", "laplace_mechanism_params", "gaussian_mechanism_params",
     "laplace_granularity", "gaussian_granularity", "snap_to_grid", "DEFAULT_ETA",

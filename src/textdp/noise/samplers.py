@@ -59,6 +59,7 @@ __all__ = [
     "gaussian",
     "randomized_response",
     "categorical_from_log_weights",
+    "categorical_from_weights",
     "gamma",
     "uniform_direction",
     "discrete_laplace",
@@ -359,21 +360,6 @@ def _check_eta(eta: float, v: int) -> float:
     return eta
 
 
-def _integer_cdf(log_w: np.ndarray, eta: float) -> np.ndarray:
-    """(B, V) float log-weights -> (B, V) uint64 inclusive cumulative integer weights."""
-    b, v = log_w.shape
-    if not np.all(np.isfinite(log_w) | (log_w == -np.inf)):
-        raise ParameterError("log-weights must be finite or -inf (no NaN or +inf)")
-    mx = log_w.max(axis=1, keepdims=True)
-    if not np.all(np.isfinite(mx)):
-        raise ParameterError("every row of log-weights needs at least one finite entry")
-    w = np.exp(log_w - mx)
-    w *= (1.0 - eta) / w.sum(axis=1, keepdims=True)
-    w += eta / v
-    c = np.rint(w * 2.0**_WEIGHT_BITS).astype(np.uint64)
-    return np.cumsum(c, axis=1, dtype=np.uint64)
-
-
 def _search_rows(cdf: np.ndarray, rows: np.ndarray, u: np.ndarray) -> np.ndarray:
     """For each draw i, the smallest j with ``cdf[rows[i], j] > u[i]`` (int64).
 
@@ -420,7 +406,7 @@ class ExactCategorical:
             raise ParameterError(f"log-weights must be a (rows, outcomes) array, got shape {log_w.shape}")
         self.eta = _check_eta(eta, log_w.shape[1])
         self.n_rows, self.n_outcomes = log_w.shape
-        self.cdf = _integer_cdf(log_w, self.eta)
+        self.cdf = np.cumsum(_integer_weights(log_w, self.eta, log=True), axis=1).view(np.uint64)
 
     @property
     def extra_epsilon(self) -> float:
@@ -473,18 +459,115 @@ def categorical_from_log_weights(
     if v < 1:
         raise ParameterError("log-weights need at least one outcome per row")
     eta = _check_eta(eta, v)
-    out_flat = np.empty(int(counts.sum()), dtype=np.int64)
+    out_flat = _blocked(log_w, counts, rng, eta, log=True)
+    offsets = np.cumsum(counts)
+    return np.split(out_flat, offsets[:-1])
+
+
+def _integer_weights(w: np.ndarray, eta: float, log: bool = False) -> np.ndarray:
+    """(B, V) weights (or log-weights) -> (B, V) int64 ``rint(2**62 ((1 - eta) w / sum(w) + eta / V))``."""
+    v = w.shape[1]
+    if log:
+        if np.isnan(w).any() or (w == np.inf).any():
+            raise ParameterError("log-weights must be finite or -inf (no NaN or +inf)")
+        mx = w.max(axis=1, keepdims=True)
+        if not np.all(np.isfinite(mx)):
+            raise ParameterError("every row of log-weights needs at least one finite entry")
+        q = np.exp(w - mx)
+    else:
+        q = w
+    tot = q.sum(axis=1, keepdims=True, dtype=np.float64)
+    if not np.all(np.isfinite(tot)) or (not log and q.min() < 0):
+        raise ParameterError("weights must be finite and non-negative")
+    if not np.all(tot > 0):
+        raise ParameterError("every weight row needs a positive sum")
+    q = np.multiply(q, (1.0 - eta) * 2.0**_WEIGHT_BITS / tot, dtype=np.float64)
+    q += eta / v * 2.0**_WEIGHT_BITS + 0.5  # + 0.5 then truncation = round half up
+    return q.astype(np.int64)
+
+
+_GATHER = 1 << 21  # elements gathered at once in the two-level search
+
+
+def _sample_integer_rows(c: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Exact draws from integer-weight rows ``c`` (int64 ``(R, V)``, row sums < 2**63).
+
+    Returns int64 ``(counts.sum(),)`` grouped by row. Rows with many draws: full
+    cumulative sum + ``searchsorted``. Rows with few draws: two-level search -- exact
+    integer chunk sums (about sqrt(V) chunks) pick a chunk, the chunk's own cumulative
+    sum picks the column -- so the cost is one pass over the row plus O(sqrt V) per draw.
+    """
+    r_, v = c.shape
+    out = np.empty(int(counts.sum()), dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    chunk = max(16, int(math.isqrt(v)))
+    starts = np.arange(0, v, chunk)
+    n_chunks = starts.size
+    heavy = counts > max(8, n_chunks)
+    for b in np.flatnonzero(heavy).tolist():
+        cdf = np.cumsum(c[b])
+        u = rng.integers(0, cdf[-1], size=int(counts[b]))
+        out[offsets[b]:offsets[b + 1]] = np.searchsorted(cdf, u, side="right")
+    light = np.flatnonzero(~heavy & (counts > 0))
+    if light.size == 0:
+        return out
+    cl = c[light]
+    sums = np.add.reduceat(cl, starts, axis=1)  # exact int64 chunk sums
+    cum = np.cumsum(sums, axis=1)
+    rows = np.repeat(np.arange(light.size), counts[light])
+    dest = np.concatenate([np.arange(offsets[b], offsets[b + 1]) for b in light.tolist()])
+    u = rng.integers(0, cum[rows, -1])
+    offs = np.arange(chunk)
+    step = max(1, _GATHER // max(n_chunks, chunk))
+    for s0 in range(0, rows.size, step):
+        r = rows[s0:s0 + step]
+        uu = u[s0:s0 + step]
+        k = (cum[r] <= uu[:, None]).sum(axis=1)
+        rem = uu - np.where(k > 0, cum[r, np.maximum(k - 1, 0)], 0)
+        cols = starts[k][:, None] + offs
+        vals = np.where(cols < v, cl[r[:, None], np.minimum(cols, v - 1)], 0)
+        j = (np.cumsum(vals, axis=1) <= rem[:, None]).sum(axis=1)
+        out[dest[s0:s0 + step]] = starts[k] + j
+    return out
+
+
+def categorical_from_weights(
+    weights: np.ndarray, counts: np.ndarray, rng: np.random.Generator, *, eta: float = DEFAULT_ETA
+) -> np.ndarray:
+    """Float-safe draws from categorical rows given by non-negative weights.
+
+    weights: ``(B, V)`` float32/float64, finite, non-negative, each row with a
+    positive sum (not modified). counts: ``(B,)`` draws per row.
+    Returns int64 ``(counts.sum(),)``: first the ``counts[0]`` draws of row 0,
+    then those of row 1, ... -- the contract of
+    ``textdp.sanitize.sampling.sample_categorical_rows``, so it can replace it.
+
+    Law: ``(1 - eta) w / sum(w) + eta / V`` sampled exactly with integer weights
+    (see :func:`categorical_discretisation_epsilon`). A weight that underflowed to
+    0 upstream still gets probability ``>= eta / V``, so the support never depends
+    on the input. Rows are processed in blocks of about 4M weights.
+    """
+    w = np.asarray(weights)
+    counts = np.asarray(counts, dtype=np.int64)
+    if w.ndim != 2 or w.shape[1] < 1:
+        raise ParameterError(f"weights must be a (rows, outcomes) array, got shape {w.shape}")
+    b, v = w.shape
+    if counts.shape != (b,) or (counts < 0).any():
+        raise ParameterError(f"counts must be {b} non-negative integers")
+    return _blocked(w, counts, rng, _check_eta(eta, v), log=False)
+
+
+def _blocked(w: np.ndarray, counts: np.ndarray, rng, eta: float, log: bool) -> np.ndarray:
+    b, v = w.shape
+    out = np.empty(int(counts.sum()), dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(counts)])
     step = max(1, _BLOCK_ELEMS // v)
     for start in range(0, b, step):
         stop = min(b, start + step)
         c = counts[start:stop]
-        n = int(c.sum())
-        if n == 0:
+        keep = np.flatnonzero(c)
+        if keep.size == 0:
             continue
-        keep = np.flatnonzero(c)  # build rows only for rows that are drawn from
-        cdf = _integer_cdf(log_w[start:stop][keep], eta)
-        rows = np.repeat(np.arange(keep.size), c[keep])
-        u = rng.integers(0, cdf[rows, -1], dtype=np.uint64)
-        out_flat[offsets[start]:offsets[stop]] = _search_rows(cdf, rows, u)
-    return np.split(out_flat, offsets[1:-1])
+        ints = _integer_weights(w[start:stop][keep], eta, log=log)
+        out[offsets[start]:offsets[stop]] = _sample_integer_rows(ints, c[keep], rng)
+    return out
