@@ -122,6 +122,8 @@ def _import_callable(spec: str) -> Callable:
     except ParameterError:
         raise
     except ModuleNotFoundError as exc:
+        if exc.name and not mod_name.startswith(exc.name):
+            raise ParameterError(f"--mechanism {spec!r}: importing {mod_name!r} failed: {exc}") from None
         raise ParameterError(
             f"--mechanism {spec!r}: cannot import module {mod_name!r} ({exc}); check the name and that it is "
             f"on PYTHONPATH or in the current directory"

@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
                  "numpy Generator) -> (N,n) array.",
         ),
         epsilon: Optional[str] = typer.Option(None, "--epsilon", "-e", help="Claimed ε per record (comma list allowed)."),
-        dims: str = typer.Option("1,8,128", "--dims", "-n", help="Record dimensions n, comma-separated."),
+        dims: Optional[str] = typer.Option(None, "--dims", "-n", help="Record dimensions n, comma-separated (default 1,8,128; grid: its own)."),
         samples: Optional[str] = typer.Option(None, "--samples", "-N", help="Records per dataset (e.g. 1e7). Default 1e6; grid default 1e7."),
         grid: Optional[str] = typer.Option(None, "--grid", help="Run a published grid: habernal2022."),
         alpha: float = typer.Option(0.05, "--alpha", help="1 − alpha is the confidence of each lower bound."),
@@ -175,7 +175,7 @@ def register(app: typer.Typer) -> None:
             spec = GRIDS[grid]
             mechs = [mechanism] if mechanism else list(spec.mechanisms)
             epss = _floats(epsilon, "--epsilon") if epsilon else list(spec.epsilons)
-            dd = _ints(dims, "--dims") if dims != "1,8,128" else list(spec.dims)
+            dd = _ints(dims, "--dims") if dims else list(spec.dims)
             N = N or spec.samples
             work = grid_work(mechs, dd, epss, N, strong=not no_strong)
             if not fast and not quiet and work > 5e9:
@@ -190,7 +190,7 @@ def register(app: typer.Typer) -> None:
             if epsilon is None:
                 raise ParameterError("give the claimed --epsilon for --mechanism")
             epss = _floats(epsilon, "--epsilon")
-            dd = _ints(dims, "--dims")
+            dd = _ints(dims or "1,8,128", "--dims")
             N = N or 10**6
             from textdp.audit.core import _cell_seeds
 
