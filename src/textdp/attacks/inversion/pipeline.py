@@ -156,34 +156,24 @@ def _atomic_dir(final: Path, writer: Callable[[Path], None]) -> None:
         raise
 
 
-def _santext(texts: list[str], public: list[str], cfg: InversionConfig, rng) -> list[str]:
-    """Sanitise ``texts`` with textdp's SanText (public API of :mod:`textdp.sanitize`)."""
+def _santext(texts: list[str], cfg: InversionConfig, rng) -> tuple[list[str], dict]:
+    """Sanitise the private training ``texts`` with SanText (Yue et al. 2021) through
+    the public API of :mod:`textdp.sanitize`; the vocabulary is fitted on these texts
+    (the data owner sanitises its own data). Returns ``(texts, info)``."""
     try:
-        import textdp.sanitize as san
+        from textdp.sanitize import SanText, sanitize_texts
     except ImportError:
-        san = None
-    SanText = getattr(san, "SanText", None) if san is not None else None
-    if SanText is None:
         raise MissingPackageError("the santext defence needs textdp.sanitize.SanText, which is not available in "
-                                  "this installation yet; use --defence dpsgd or none")
-    import inspect
-
-    from textdp.embeddings import load_embeddings
-
-    emb = load_embeddings(cfg.santext_embeddings)
-    mech = SanText(emb, epsilon=cfg.santext_epsilon)
-    mech = mech.fit(list(public) + list(texts)) if hasattr(mech, "fit") else mech
-    params = inspect.signature(mech.sanitize).parameters
-    kw = {}
-    if "rng" in params:
-        kw["rng"] = rng
-    elif "seed" in params:
-        kw["seed"] = int(rng.integers(0, 2**31 - 1))
-    out = mech.sanitize(list(texts), **kw)
-    out = list(out["text"]) if isinstance(out, pd.DataFrame) else list(out)
+                                  "this installation; use --defence dpsgd or none") from None
+    mech = SanText(cfg.santext_embeddings, epsilon=cfg.santext_epsilon, rng=rng).fit(texts)
+    out, stats = sanitize_texts(list(texts), mech)
     if len(out) != len(texts):
         raise InputError("SanText returned a different number of texts")
-    return [str(t) for t in out]
+    g = getattr(mech, "guarantee", None)
+    info = {"santext_epsilon": cfg.santext_epsilon, "santext_embeddings": cfg.santext_embeddings,
+            "santext_guarantee": repr(g) if g is not None else None,
+            "santext_share_changed": getattr(stats, "share_changed", None)}
+    return [str(t) for t in out], info
 
 
 def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "none",
@@ -223,8 +213,8 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
     train_texts = list(data.private["text"])
     info: dict = {"defence": defence, "model": clf.source, "layers": cfg.target_layers}
     if defence == "santext":
-        train_texts = _santext(train_texts, list(data.public["text"]), cfg, rng)
-        info["santext_epsilon"] = cfg.santext_epsilon
+        train_texts, sinfo = _santext(train_texts, cfg, rng)
+        info.update(sinfo)
     epochs = cfg.dp_epochs if defence == "dpsgd" else cfg.target_epochs
     bs = cfg.dp_batch if defence == "dpsgd" else cfg.target_batch
     adv = progress(f"target ({defence}) training", epochs * math.ceil(len(train_texts) / bs))

@@ -1,0 +1,118 @@
+"""``textdp attack``: attacks on text models. ``invert`` runs Text Revealer model
+inversion (with the VTG and VMI baselines and optional defences) against a
+classifier fine-tuned on the private part of a built-in dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from textdp.cli._common import (
+    err_console, handle_errors, opt_json, opt_output, opt_overwrite, opt_quiet, opt_seed, print_json, progress,
+)
+
+attack_app = typer.Typer(help="Attacks on text models: model inversion (Text Revealer, VTG, VMI).",
+                         no_args_is_help=True)
+
+
+@attack_app.command("invert")
+@handle_errors
+def invert(
+    dataset: str = typer.Option("rotten-tomatoes", "--dataset", "-d", help="Built-in labelled dataset (80/20 public/private split of its train part)."),
+    method: str = typer.Option("all", "--method", "-m", help="tr, vtg, vmi, all, or a comma list (tr,vtg)."),
+    defence: str = typer.Option("none", "--defence", help="none, dpsgd (Opacus DP-SGD target) or santext (target trained on SanText-sanitised text). A defended run also attacks the undefended target."),
+    preset: str = typer.Option("cpu", "--preset", help="cpu (2-core CPU, minutes), paper (the paper's settings, hours on CPU) or tiny (plumbing check)."),
+    output: Optional[Path] = opt_output("Result folder (inverted.csv, metrics.csv, summary.md, examples.csv, plot.png, report.json)."),
+    seed: Optional[int] = opt_seed(),
+    seeds: int = typer.Option(3, "--seeds", help="Number of attack seeds (seed, seed+1, ...); results are mean ± std over them."),
+    target: Optional[str] = typer.Option(None, "--target", help="Target encoder: minilm (default, offline), a local model folder, or an explicit hub name."),
+    target_layers: Optional[int] = typer.Option(None, "--target-layers", help="Keep only the first k encoder layers of the target."),
+    generator: str = typer.Option("scratch", "--generator", help="Generator: 'scratch' (causal LM trained on the public split with the target's WordPiece vocabulary). PATH/gpt2 are not implemented yet."),
+    templates: Optional[int] = typer.Option(None, "--templates", help="Number of templates (texts per label per method)."),
+    stepsize: Optional[float] = typer.Option(None, "--stepsize", help="TR step size alpha."),
+    num_iterations: Optional[int] = typer.Option(None, "--num-iterations", help="TR gradient steps per generated token."),
+    window_length: Optional[int] = typer.Option(None, "--window-length", help="TR window mask length (0 = whole history)."),
+    kl_scale: Optional[float] = typer.Option(None, "--kl-scale", help="TR KL coefficient."),
+    gm_scale: Optional[float] = typer.Option(None, "--gm-scale", help="TR fusion weight of the perturbed distribution."),
+    gen_length: Optional[int] = typer.Option(None, "--gen-length", help="Tokens generated after each template (default: mean private length, capped by the preset)."),
+    dp_epsilon: Optional[float] = typer.Option(None, "--dp-epsilon", help="Target epsilon of DP-SGD (example-level, whole training run)."),
+    santext_epsilon: Optional[float] = typer.Option(None, "--santext-epsilon", help="SanText epsilon (per token, metric DP)."),
+    overwrite: bool = opt_overwrite(),
+    quiet: bool = opt_quiet(),
+    json_out: bool = opt_json(),
+):
+    """Run Text Revealer (TR) and the VTG / VMI baselines against a classifier
+    fine-tuned on private data; write inverted texts, metrics (mean ± std over
+    seeds), example pairs and a plot."""
+    from textdp.attacks.inversion import METHODS, preset_config, run_inversion, summary_markdown, write_report
+    from textdp.errors import ParameterError
+
+    if output is None:
+        raise ParameterError("--output DIR is required (the result folder)")
+    out = Path(output)
+    if out.exists() and not overwrite:
+        from textdp.errors import OutputError
+
+        raise OutputError(f"output folder {str(out)!r} already exists; pass --overwrite to replace it")
+    if out.exists() and not out.is_dir():
+        from textdp.errors import OutputError
+
+        raise OutputError(f"output {str(out)!r} is a file; --output must be a folder")
+    if not (out.parent if str(out.parent) else Path(".")).exists():
+        from textdp.errors import OutputError
+
+        raise OutputError(f"folder {str(out.parent)!r} of the output does not exist; create it first")
+    methods = list(METHODS) if method.strip().lower() == "all" else [m.strip().lower() for m in method.split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise ParameterError(f"unknown --method {method!r}; use tr, vtg, vmi or all")
+    if seeds < 1:
+        raise ParameterError(f"--seeds must be >= 1, got {seeds}")
+    if generator != "scratch":
+        raise ParameterError(f"--generator {generator!r}: only 'scratch' is implemented (a pretrained GPT-2 needs the "
+                             "BPE-to-WordPiece alignment, not written yet)")
+    long_texts = dataset.strip().lower() in ("drug-reviews", "20newsgroups", "reuters-r8", "bbc-news")
+    cfg = preset_config(preset, long_texts=long_texts)
+    over = dict(target_model=target, n_templates=templates, dp_epsilon=dp_epsilon, santext_epsilon=santext_epsilon,
+                pplm_stepsize=stepsize, pplm_num_iterations=num_iterations, pplm_window_length=window_length,
+                pplm_kl_scale=kl_scale, pplm_gm_scale=gm_scale, gen_length=gen_length)
+    if target_layers is not None:
+        over["target_layers"] = target_layers
+    if target is not None and target.lower() != "tiny" and cfg.target_model == "tiny":
+        over.setdefault("target_layers", None)
+    cfg = cfg.with_overrides(**over)
+    if gen_length is not None:
+        cfg = cfg.with_overrides(gen_length_cap=gen_length)
+    seed_list = [seed + i for i in range(seeds)] if seed is not None else [None] * seeds
+
+    with progress(quiet) as bar:
+        def prog(desc: str, total: int):
+            task = bar.add_task(desc, total=total)
+            return lambda n=1: bar.advance(task, n)
+
+        log = (lambda s: None) if quiet else (lambda s: err_console.print(s, highlight=False))
+        report = run_inversion(dataset, methods=methods, defence=defence.strip().lower(), preset=cfg,
+                               seeds=seed_list, progress=prog, log=log)
+    write_report(report, out, overwrite=overwrite)
+    if json_out:
+        print_json({"output": str(out), "summary": report.summary.to_dict(orient="records"),
+                    "targets": report.card["targets"], "evaluator": report.card["evaluator"],
+                    "kendall": report.card["kendall_public_vs_private"]})
+    else:
+        t = report.card["targets"]
+        lines = [f"dataset {report.card['dataset']}: {report.card['sizes']}"]
+        for d, info in t.items():
+            eps = f", epsilon {info['epsilon_spent']:.2f} (delta {info['delta']:.1e})" if d == "dpsgd" else ""
+            lines.append(f"target[{d}]: train acc {info['train_acc']:.3f}, held-out acc {info['heldout_acc']:.3f}{eps}")
+        e = report.card["evaluator"]
+        lines.append(f"evaluator: private acc {e['private_acc']:.3f}, held-out acc {e['heldout_acc']:.3f}")
+        typer.echo("\n".join(lines))
+        typer.echo(summary_markdown(report.summary))
+        typer.echo(f"wrote {out}/ (inverted.csv, metrics.csv, summary.md, examples.csv, plot.png, report.json)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``attack`` group to the root app."""
+    app.add_typer(attack_app, name="attack")
