@@ -26,7 +26,8 @@ def test_save_load_roundtrip(model, tmp_path):
     assert back.guarantee == model.guarantee
     assert np.array_equal(back.topic_word_counts, model.topic_word_counts)
     card = json.loads((out / "model.card.json").read_text())
-    assert card["guarantee"]["kind"] == "none" and card["seed"]["seeded"] is True
+    assert card["guarantee"]["kind"] == "none" and card["randomness"]["seeded"] is True
+    assert card["format"] == "textdp-card/1" and card["mechanism"] == "topics.lda"
     with pytest.raises(OutputError):
         model.save(out)
     model.save(out, overwrite=True)

@@ -32,13 +32,14 @@ from textdp.topics.privacy import (
     rr_variance,
 )
 from textdp.topics.private import HDPLDA, LPLDA, OLPLDA, laplace_composition
+from textdp.topics.tradeoff import plot_privacy_utility, privacy_utility
 
 __all__ = [
     "Corpus", "tokenize", "LDA", "GibbsState", "TopicModel", "load_model", "HDPLDA", "LPLDA", "OLPLDA",
     "make_trainer", "fold_in", "perplexity", "npmi_coherence", "top_word_ids",
     "cgs_inherent_epsilon", "InherentPrivacy", "InherentPrivacyMonitor", "DataDependentPrivacyWarning",
     "lp_epsilon", "flip_for_epsilon", "rr_encode", "rr_estimate", "rr_variance", "reconstruct_corpus",
-    "bayes_denoise", "laplace_composition", "PRIVACY_METHODS",
+    "bayes_denoise", "laplace_composition", "PRIVACY_METHODS", "privacy_utility", "plot_privacy_utility",
 ]
 
 PRIVACY_METHODS = ("none", "hdp", "lp", "olp")

@@ -8,8 +8,9 @@ Saved format (a folder, open formats only):
 * ``model.json``: format version, method, hyperparameters, vocabulary (index =
   column of φ), guarantee (``textdp.accounting.guarantees`` dict), privacy
   accounting, seed mode, sizes, textdp version.
-* ``model.card.json``: the privacy card (mechanism, parameters, guarantee, unit,
-  data sizes, version, seed mode, time).
+* ``model.card.json``: the privacy card of ``model.npz`` (built with
+  :func:`textdp.accounting.card.build_card`: mechanism, parameters, guarantee,
+  units, data sizes, randomness, accounting, version, time).
 
 Exports (:meth:`TopicModel.export`): ``gensim`` writes ``topics.npy`` (K, V) float64
 (what ``gensim.models.LdaModel.get_topics()`` returns) and ``dictionary.txt`` in the
@@ -125,24 +126,25 @@ class TopicModel:
         return ev.npmi_coherence(self.topic_word, self._as_corpus(docs), top_n)
 
     # -- cards and files -----------------------------------------------------------------------------------
-    def card(self) -> dict:
-        """The privacy card of this release (JSON-ready dict)."""
+    @property
+    def mechanism_name(self) -> str:
+        """Registry name of the trainer (``topics.hdp-lda`` ...; ``topics.lda`` for the non-private one)."""
+        return f"topics.{self.method}"
+
+    def card(self, output: str | os.PathLike | None = None) -> dict:
+        """The privacy card of this release (JSON-ready dict, :func:`textdp.accounting.card.build_card`)."""
+        from textdp.accounting.card import build_card
+
         g = self.guarantee
-        return {
-            "mechanism": self.method,
-            "release": "topic-word matrix (K x V)",
-            "parameters": self.params,
-            "guarantee": g.to_dict(),
-            "guarantee_text": g.describe(),
-            "unit": getattr(g, "unit", None),
-            "neighbours": getattr(g, "neighbours", None),
-            "accounting": self.accounting,
-            "data": {k: self.info[k] for k in ("n_docs", "n_tokens") if k in self.info}
-                    | {"n_words": len(self.vocabulary), "n_topics": self.n_topics},
-            "library": {"name": "textdp", "version": _version()},
-            "seed": self.seed,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
+        return build_card(
+            mechanism=self.mechanism_name, parameters=self.params, guarantee=g,
+            units={"epsilon": f"per {getattr(g, 'unit', 'record')} ({getattr(g, 'neighbours', 'replace-one')}), "
+                              "whole training run"},
+            data={k: self.info[k] for k in ("input", "n_docs", "n_tokens") if k in self.info}
+                 | {"n_words": len(self.vocabulary), "n_topics": self.n_topics},
+            randomness=self.seed, statistics=self.accounting, output=output,
+            release="topic-word matrix (K x V)", seed=self.seed,
+        )
 
     def to_json(self) -> dict:
         info = dict(self.info)
@@ -174,7 +176,8 @@ class TopicModel:
                 arrays["topic_word_counts"] = np.asarray(self.topic_word_counts, dtype=np.int32)
             np.savez_compressed(tmp / "model.npz", **arrays)
             (tmp / "model.json").write_text(json.dumps(self.to_json(), indent=1, default=_json_default), "utf-8")
-            (tmp / "model.card.json").write_text(json.dumps(self.card(), indent=2, default=_json_default), "utf-8")
+            card = self.card(output=out / "model.npz")
+            (tmp / "model.card.json").write_text(json.dumps(card, indent=2, ensure_ascii=False), "utf-8")
             if out.exists():
                 old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
                 os.replace(out, old / "m")
@@ -247,9 +250,9 @@ class TopicModel:
             df.insert(0, "word", self.vocabulary)
             with atomic_output(files[0]) as tmp:
                 df.to_csv(tmp, index=False)
-            tw = self.top_words(top_n)
-            rows = [{"topic": k, "rank": r + 1, "word": w, "probability": float(self.topic_word[k, self.vocabulary.index(w)])}
-                    for k, ws in enumerate(tw) for r, w in enumerate(ws)]
+            ids = ev.top_word_ids(self.topic_word, top_n)
+            rows = [{"topic": k, "rank": r + 1, "word": self.vocabulary[i], "probability": float(self.topic_word[k, i])}
+                    for k, row in enumerate(ids) for r, i in enumerate(row)]
             with atomic_output(files[1]) as tmp:
                 pd.DataFrame(rows).to_csv(tmp, index=False)
         return files

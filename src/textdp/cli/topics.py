@@ -1,0 +1,337 @@
+"""``textdp topics``: train, evaluate, show and export (differentially private) LDA topic models.
+
+Thin layer over :mod:`textdp.topics`: parses options, loads the corpus (a built-in
+dataset or a file), shows a progress bar per Gibbs sweep with the current
+log-likelihood on stderr, saves the model folder (with its privacy card) and
+records the release in the dataset's budget ledger.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from textdp.cli._common import (
+    err_console,
+    handle_errors,
+    opt_json,
+    opt_overwrite,
+    opt_quiet,
+    opt_seed,
+    out_console,
+    print_json,
+    progress,
+)
+
+__all__ = ["register", "topics_app"]
+
+topics_app = typer.Typer(help="Topic models (LDA by collapsed Gibbs sampling) with differential privacy: "
+                              "non-private, HDP-LDA (central), LP-LDA and OLP-LDA (local).",
+                         no_args_is_help=True)
+
+
+def _load_texts(input: str, split: str, text_column: Optional[str], limit: Optional[int]):
+    """(train_texts, test_texts | None, name). Built-in: split train/test/all; file: all rows."""
+    from textdp.data.datasets import is_builtin, load_dataset
+    from textdp.errors import ParameterError
+
+    if limit is not None and limit < 1:
+        raise ParameterError(f"--limit must be >= 1, got {limit}")
+    if is_builtin(input):
+        ds = load_dataset(input)
+        if split not in ("train", "test", "all"):
+            raise ParameterError(f"--split must be train, test or all, got {split!r}")
+        import pandas as pd
+
+        frames = {"train": ds.train, "test": ds.test, "all": pd.concat([ds.train, ds.test])}
+        tr = frames[split]["text"].tolist()
+        te = ds.test["text"].tolist() if split == "train" else None
+        if limit:
+            tr = tr[:limit]
+            te = te[: max(1, limit // 4)] if te is not None else None
+        return tr, te, ds.name
+    from textdp.data.io import read_table
+
+    df, col = read_table(input, text_column=text_column)
+    texts = df[col].tolist()
+    if limit:
+        texts = texts[:limit]
+    return texts, None, str(input)
+
+
+def _sweep_bar(quiet: bool, total: int):
+    bar = progress(quiet)
+    task = bar.add_task("sampling", total=total)
+    state = {"ll": None}
+
+    def cb(it, ll, _state):
+        if ll is not None:
+            state["ll"] = ll
+        desc = "sweep" + (f"  log-lik {state['ll']:.5g}" if state["ll"] is not None else "")
+        bar.update(task, advance=1, description=desc)
+
+    return bar, cb
+
+
+@topics_app.command("train")
+@handle_errors
+def train_command(
+    input: str = typer.Argument("20newsgroups", help="A built-in dataset (20newsgroups, reuters-r8, bbc-news, ...) "
+                                "or a CSV/TSV/JSONL/Parquet/TXT file (one document per row)."),
+    k: int = typer.Option(20, "--k", "-k", help="Number of topics K."),
+    privacy: str = typer.Option("none", "--privacy", help="none | hdp (central Laplace) | lp (local RR) | olp (online local RR)."),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", "-e", help="hdp: ε for the whole run, per document. "
+                                            "lp/olp: ε per replaced word (local), sets f = 2/(e^(ε/2)+1)."),
+    flip: Optional[float] = typer.Option(None, "--flip", help="lp/olp: flip probability f in (0,1) instead of --epsilon."),
+    delta: float = typer.Option(0.0, "--delta", help="hdp: δ > 0 uses the PLD accountant for (ε, δ)-DP."),
+    iterations: int = typer.Option(200, "--iterations", "-i", help="Gibbs sweeps (olp: per mini-batch)."),
+    alpha: float = typer.Option(0.1, "--alpha", help="Symmetric document-topic prior α."),
+    beta: float = typer.Option(0.01, "--beta", help="Symmetric topic-word prior β."),
+    batch_size: int = typer.Option(1000, "--batch-size", help="olp: documents per mini-batch."),
+    lam: float = typer.Option(0.5, "--lambda", help="olp: correlation factor λ in [0,1] of the β^l recursion."),
+    prior_variance: Optional[float] = typer.Option(None, "--prior-variance", help="olp: σ² of the Bayesian "
+                                                   "denoising prior (default: the variance of the earlier batches' estimate)."),
+    threshold: float = typer.Option(1.0, "--threshold", help="lp/olp: drop words whose estimated document "
+                                    "frequency is within this many standard deviations of 0."),
+    sweeps_per_release: int = typer.Option(1, "--sweeps-per-release", help="hdp: Gibbs sweeps between noisy releases."),
+    max_doc_length: int = typer.Option(200, "--max-doc-length", help="hdp: documents truncated to this many "
+                                       "tokens (the L1 sensitivity is 2 x this)."),
+    min_count: int = typer.Option(5, "--min-count", help="Drop words with fewer occurrences."),
+    max_vocab: Optional[int] = typer.Option(None, "--max-vocab", help="Keep only the most frequent words."),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column holding the text (files)."),
+    split: str = typer.Option("train", "--split", help="Built-in datasets: train | test | all."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N documents (quick runs)."),
+    top: int = typer.Option(10, "--top", help="Top words to print per topic."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Model folder (default ./NAME.PRIVACY.topics)."),
+    ledger_dir: Optional[str] = typer.Option(None, "--ledger-dir", help="Folder of the budget ledgers."),
+    no_ledger: bool = typer.Option(False, "--no-ledger", help="Do not record the release in the budget ledger."),
+    force: bool = typer.Option(False, "--force", help="Release even if it exceeds the dataset's budget (recorded as forced)."),
+    seed: Optional[int] = opt_seed(),
+    overwrite: bool = opt_overwrite(),
+    quiet: bool = opt_quiet(),
+    json_out: bool = opt_json(),
+):
+    """Train an LDA topic model (optionally differentially private) and save it with its privacy card."""
+    from textdp.errors import OutputError, ParameterError
+    from textdp.topics import OLPLDA, Corpus, make_trainer
+
+    if privacy not in ("none", "hdp", "lp", "olp"):
+        raise ParameterError(f"unknown --privacy {privacy!r}; choose none, hdp, lp or olp")
+    kw = dict(n_topics=k, alpha=alpha, beta=beta, iterations=iterations, seed=seed, ll_every=1)
+    if privacy == "none":
+        if epsilon is not None or flip is not None:
+            raise ParameterError("--epsilon/--flip need --privacy hdp, lp or olp")
+    elif privacy == "hdp":
+        if flip is not None:
+            raise ParameterError("--flip is for lp/olp; hdp takes --epsilon")
+        if epsilon is None:
+            raise ParameterError("--privacy hdp needs --epsilon")
+        kw |= dict(epsilon=epsilon, delta=delta, sweeps_per_release=sweeps_per_release, max_doc_length=max_doc_length)
+    else:
+        kw |= dict(epsilon=epsilon, flip=flip, threshold=threshold)
+        if privacy == "olp":
+            kw |= dict(batch_size=batch_size, lam=lam, prior_variance=prior_variance)
+    trainer = make_trainer(privacy, **kw)  # validates every parameter before any work
+
+    train_texts, _, name = _load_texts(input, split, text_column, limit)
+    out = Path(output) if output is not None else Path(f"{Path(name).stem if not name.isidentifier() else name}.{privacy}.topics")
+    if out.exists() and not overwrite:
+        raise OutputError(f"output {str(out)!r} already exists; pass --overwrite to replace it")
+    led = None
+    if not no_ledger:
+        from textdp.accounting.ledger import Ledger
+
+        led = Ledger(input if Path(input).exists() else name, ledger_dir)
+        if not force:
+            led.check(trainer.guarantee)
+    corpus = Corpus.from_texts(train_texts, min_count=min_count, max_vocab=max_vocab)
+    if not quiet:
+        err_console.print(f"corpus: {corpus.n_docs} documents, {corpus.n_tokens} tokens, {corpus.n_words} words "
+                          f"({corpus.skipped_docs} empty documents skipped)", highlight=False)
+    total = iterations * (-(-corpus.n_docs // batch_size) if isinstance(trainer, OLPLDA) else 1)
+    bar, cb = _sweep_bar(quiet, total)
+    with bar:
+        model = trainer.fit(corpus, callback=cb)
+    model.info["input"] = name
+    model.save(out, overwrite=overwrite)
+    entry = None
+    if led is not None:
+        entry = led.record(model.guarantee, card=model.card(out / "model.npz"),
+                           input_path=input if Path(input).exists() else None,
+                           command=f"topics train --privacy {privacy}", force=force)
+    summary = {"input": name, "output": str(out), "card": str(out / "model.card.json"), "method": model.method,
+               "guarantee": model.guarantee.to_dict(), "guarantee_text": model.guarantee.describe(),
+               "n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens, "n_words": corpus.n_words,
+               "seconds": model.info.get("seconds"), "seeded": model.seed.get("seeded"),
+               "ledger": None if entry is None else str(led.path), "top_words": model.top_words(top)}
+    if json_out:
+        print_json(summary)
+    elif not quiet:
+        _print_topics(model, top)
+        out_console.print(f"guarantee: {summary['guarantee_text']}", highlight=False)
+        if model.seed.get("seeded"):
+            out_console.print("[yellow]seeded run: reproducible, not for release[/]")
+        out_console.print(f"model: {out}   card: {summary['card']}", highlight=False)
+
+
+def _print_topics(model, top: int) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{model.method}: top {top} words of {model.n_topics} topics", show_lines=False)
+    t.add_column("topic", justify="right")
+    t.add_column("words")
+    for i, words in enumerate(model.top_words(top)):
+        t.add_row(str(i), " ".join(words))
+    out_console.print(t)
+
+
+@topics_app.command("show")
+@handle_errors
+def show_command(
+    model_dir: Path = typer.Argument(..., help="A model folder written by `textdp topics train`."),
+    top: int = typer.Option(10, "--top", help="Top words per topic."),
+    json_out: bool = opt_json(),
+):
+    """Print a model's top words, hyperparameters and privacy guarantee."""
+    from textdp.topics import load_model
+
+    model = load_model(model_dir)
+    if json_out:
+        print_json({"method": model.method, "n_topics": model.n_topics, "n_words": len(model.vocabulary),
+                    "alpha": model.alpha, "beta": model.beta, "guarantee": model.guarantee.to_dict(),
+                    "accounting": model.accounting, "top_words": model.top_words(top)})
+        return
+    _print_topics(model, top)
+    out_console.print(f"guarantee: {model.guarantee.describe()}  |  K={model.n_topics}, V={len(model.vocabulary)}, "
+                      f"α={model.alpha:g}, β={model.beta:g}", highlight=False)
+
+
+@topics_app.command("evaluate")
+@handle_errors
+def evaluate_command(
+    model_dir: Path = typer.Argument(..., help="A model folder written by `textdp topics train`."),
+    input: Optional[str] = typer.Argument(None, help="Held-out documents: a built-in dataset (its test split) or a "
+                                          "file. Default: the dataset the model was trained on."),
+    protocol: str = typer.Option("fold-in", "--protocol", help="fold-in | completion (see docs/topics.md)."),
+    iterations: int = typer.Option(50, "--iterations", help="Fold-in sweeps per held-out document."),
+    burn_in: int = typer.Option(10, "--burn-in", help="Fold-in sweeps discarded before averaging θ."),
+    coherence: bool = typer.Option(True, "--coherence/--no-coherence", help="NPMI coherence over the training split."),
+    top: int = typer.Option(10, "--top", help="Top words per topic for NPMI."),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column holding the text (files)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N held-out documents."),
+    seed: Optional[int] = opt_seed(),
+    json_out: bool = opt_json(),
+):
+    """Held-out perplexity (fixed fold-in protocol) and NPMI coherence of a saved model."""
+    from textdp.errors import InputError
+    from textdp.topics import load_model
+
+    model = load_model(model_dir)
+    src = input or model.info.get("input")
+    if not src:
+        raise InputError("the model does not record its training input; give the held-out INPUT")
+    from textdp.data.datasets import is_builtin
+
+    if is_builtin(src):
+        held, _, name = _load_texts(src, "test", None, limit)
+        train_texts = _load_texts(src, "train", None, None)[0] if coherence else None
+    else:
+        held, _, name = _load_texts(src, "all", text_column, limit)
+        train_texts = held if coherence else None
+    res = {"model": str(model_dir), "input": name, "protocol": protocol, "fold_in_iterations": iterations,
+           "burn_in": burn_in, "perplexity": model.perplexity(held, protocol, iterations, burn_in, seed)}
+    if coherence:
+        c = model.coherence(train_texts, top)
+        res["npmi_mean"] = float(c.mean())
+        res["npmi_per_topic"] = [float(x) for x in c]
+    if json_out:
+        print_json(res)
+        return
+    out_console.print(f"held-out perplexity ({protocol}, {iterations} sweeps, burn-in {burn_in}) on {name}: "
+                      f"{res['perplexity']:.1f}", highlight=False)
+    if coherence:
+        out_console.print(f"NPMI coherence (top {top}, mean over {model.n_topics} topics): {res['npmi_mean']:.3f}",
+                          highlight=False)
+
+
+@topics_app.command("export")
+@handle_errors
+def export_command(
+    model_dir: Path = typer.Argument(..., help="A model folder written by `textdp topics train`."),
+    format: str = typer.Option("gensim", "--format", help="gensim (topics.npy + dictionary.txt) | csv."),
+    output: Path = typer.Option(..., "--output", "-o", help="Export folder."),
+    top: int = typer.Option(20, "--top", help="csv: top words per topic in top_words.csv."),
+    overwrite: bool = opt_overwrite(),
+):
+    """Export a model for gensim or as plain CSV."""
+    from textdp.topics import load_model
+
+    files = load_model(model_dir).export(output, format, top, overwrite)
+    for f in files:
+        out_console.print(str(f), highlight=False)
+
+
+@topics_app.command("tradeoff")
+@handle_errors
+def tradeoff_command(
+    input: str = typer.Argument("20newsgroups", help="A built-in dataset (train split for training, test split "
+                                "for perplexity)."),
+    epsilons: str = typer.Option("0.5,1,2,4,8", "--epsilons", help="Comma-separated ε values."),
+    methods: str = typer.Option("hdp,lp,olp", "--methods", help="Comma-separated methods among hdp, lp, olp."),
+    k: int = typer.Option(20, "--k", "-k", help="Number of topics K."),
+    iterations: int = typer.Option(50, "--iterations", "-i", help="Gibbs sweeps per run."),
+    alpha: float = typer.Option(0.1, "--alpha"),
+    beta: float = typer.Option(0.01, "--beta"),
+    min_count: int = typer.Option(5, "--min-count"),
+    max_vocab: Optional[int] = typer.Option(2000, "--max-vocab", help="Vocabulary size (LP/OLP cost grows with it)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N training documents."),
+    output: Path = typer.Option(Path("topics-tradeoff.png"), "--output", "-o", help="Plot file (.png/.pdf/.svg); "
+                                "the numbers go to the same name with .csv."),
+    seed: Optional[int] = opt_seed(),
+    overwrite: bool = opt_overwrite(),
+    quiet: bool = opt_quiet(),
+    json_out: bool = opt_json(),
+):
+    """Privacy-utility plot: held-out perplexity against ε for each method, with the non-private line."""
+    from textdp.data.io import check_output_path
+    from textdp.errors import ParameterError
+    from textdp.topics import Corpus, plot_privacy_utility, privacy_utility
+
+    try:
+        eps = [float(x) for x in epsilons.split(",") if x.strip()]
+    except ValueError:
+        raise ParameterError(f"--epsilons must be comma-separated numbers, got {epsilons!r}") from None
+    meths = [m.strip() for m in methods.split(",") if m.strip()]
+    bad = [m for m in meths if m not in ("hdp", "lp", "olp")]
+    if bad:
+        raise ParameterError(f"unknown method(s) {', '.join(bad)}; choose among hdp, lp, olp")
+    check_output_path(output, overwrite=overwrite)
+    csv_path = output.with_suffix(".csv")
+    check_output_path(csv_path, overwrite=overwrite)
+    tr, te, name = _load_texts(input, "train", None, limit)
+    if te is None:
+        raise ParameterError("the trade-off needs a built-in dataset with a test split")
+    train = Corpus.from_texts(tr, min_count=min_count, max_vocab=max_vocab)
+    test = train.transform_texts(te)
+    bar = progress(quiet)
+    task = bar.add_task("runs", total=1 + len(meths) * len(eps))
+    with bar:
+        df = privacy_utility(train, test, eps, meths, n_topics=k, alpha=alpha, beta=beta, iterations=iterations,
+                             seed=seed, progress=lambda d: bar.update(task, advance=1, description=d))
+    from textdp.data.io import atomic_output
+
+    with atomic_output(csv_path) as tmp:
+        df.to_csv(tmp, index=False)
+    plot_privacy_utility(df, output, title=f"{name}: K={k}, {iterations} sweeps")
+    if json_out:
+        print_json({"plot": str(output), "table": str(csv_path), "rows": df.to_dict(orient="records")})
+    elif not quiet:
+        out_console.print(df.to_string(index=False), highlight=False)
+        out_console.print(f"plot: {output}   table: {csv_path}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(topics_app, name="topics")

@@ -1,0 +1,84 @@
+"""`textdp topics` end to end on a tiny file corpus."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from textdp.cli.main import app
+
+from .conftest import synthetic
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    c, _ = synthetic(M=80, L=30, seed=4)
+    p = tmp_path_factory.mktemp("topics") / "docs.txt"
+    p.write_text("\n".join(" ".join(c.vocabulary[i] for i in d) for d in c.documents()) + "\n", "utf-8")
+    return p
+
+
+def _run(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_train_show_evaluate_export(corpus_file, tmp_path):
+    out = tmp_path / "model"
+    led = tmp_path / "ledgers"
+    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 20, "--min-count", 1, "--seed", 0,
+             "-o", out, "--ledger-dir", led, "--json", "-q")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["method"] == "lda" and s["n_docs"] == 80 and len(s["top_words"]) == 3
+    assert (out / "model.card.json").exists() and s["ledger"]
+    r = _run("topics", "show", out, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["n_topics"] == 3
+    r = _run("topics", "evaluate", out, corpus_file, "--iterations", 5, "--burn-in", 1, "--seed", 0, "--json")
+    assert r.exit_code == 0, r.output
+    ev = json.loads(r.stdout)
+    assert 1 < ev["perplexity"] < 30 and -1 <= ev["npmi_mean"] <= 1
+    r = _run("topics", "export", out, "--format", "csv", "-o", tmp_path / "csv")
+    assert r.exit_code == 0 and (tmp_path / "csv" / "topic_word.csv").exists()
+    # existing output without --overwrite: exit 2, one line
+    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 2, "--min-count", 1, "-o", out, "--no-ledger")
+    assert r.exit_code == 2 and "already exists" in r.output
+
+
+@pytest.mark.parametrize("privacy,extra", [("hdp", ["--epsilon", 50, "--max-doc-length", 30]),
+                                           ("lp", ["--flip", 0.1]),
+                                           ("olp", ["--epsilon", 5, "--batch-size", 40])])
+def test_private_variants(corpus_file, tmp_path, privacy, extra):
+    out = tmp_path / privacy
+    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 5, "--min-count", 1, "--seed", 0,
+             "--privacy", privacy, *extra, "-o", out, "--no-ledger", "--json", "-q")
+    assert r.exit_code == 0, r.output
+    g = json.loads(r.stdout)["guarantee"]
+    assert g["kind"] in ("pure-dp", "local-dp")
+    card = json.loads((out / "model.card.json").read_text())
+    assert card["guarantee"] == g and card["mechanism"] == f"topics.{privacy}-lda"
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--k", 0], "K must be"),
+    (["--alpha", -1], "alpha"),
+    (["--beta", 0], "beta"),
+    (["--privacy", "lp", "--flip", 1.2], "flip"),
+    (["--privacy", "hdp"], "needs --epsilon"),
+    (["--privacy", "magic"], "unknown --privacy"),
+    (["--k", 500], "fewer than K"),
+])
+def test_bad_input_exit_2(corpus_file, tmp_path, args, msg):
+    r = _run("topics", "train", corpus_file, "--min-count", 1, "--iterations", 1, "-o", tmp_path / "x",
+             "--no-ledger", *args)
+    assert r.exit_code == 2, r.output
+    assert msg in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_single_word_vocabulary_exit_2(tmp_path):
+    p = tmp_path / "one.txt"
+    p.write_text("apple apple\napple\n", "utf-8")
+    r = _run("topics", "train", p, "--k", 1, "--min-count", 1, "-o", tmp_path / "x", "--no-ledger")
+    assert r.exit_code == 2 and "single word" in r.output
