@@ -38,3 +38,8 @@ __all__ = [
     "laplace_mechanism", "gaussian_mechanism", "laplace_mechanism_params", "gaussian_mechanism_params",
     "laplace_granularity", "gaussian_granularity", "snap_to_grid", "DEFAULT_ETA",
 ]
+
+from textdp.noise.mechanisms import _register as _register_mechanisms  # noqa: E402
+
+_register_mechanisms()
+del _register_mechanisms
