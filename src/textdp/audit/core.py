@@ -69,7 +69,8 @@ __all__ = [
 STATISTICS = ("bits", "clipped-mean")
 SAMPLERS = ("full", "sufficient-statistic", "auto")
 CLIPPED_BINS = 1000
-DEFAULT_CHUNK_ELEMENTS = 1 << 21  # 16 MiB of float64 per chunk and worker
+DEFAULT_CHUNK_ELEMENTS = 1 << 21  # floats per block: one generator stream per block
+INNER_ELEMENTS = 1 << 16  # floats per mechanism call inside a block (512 KiB arrays: cache-sized)
 
 
 def format_epsilon(value: float, ceiling: float | None = None) -> str:
@@ -226,16 +227,28 @@ def _call(mech: Mechanism, x: np.ndarray, rng: np.random.Generator) -> np.ndarra
     return _check_output(y, x.shape[0], x.shape[1], mech.name)
 
 
-def _task_stats(mech: Mechanism, n: int, value: float, size: int, rng: np.random.Generator, statistic: str):
-    x = np.zeros((size, n)) if value == 0.0 else np.ones((size, n))
-    y = _call(mech, x, rng)
-    bits = np.count_nonzero(y >= 0.5, axis=1)
-    h_bits = np.bincount(bits, minlength=n + 1).astype(np.int64)
-    h_clip = None
-    if statistic == "clipped-mean":
-        t = np.clip(y, 0.0, 1.0).mean(axis=1)
-        idx = np.minimum((t * CLIPPED_BINS).astype(np.int64), CLIPPED_BINS - 1)
-        h_clip = np.bincount(idx, minlength=CLIPPED_BINS).astype(np.int64)
+def _task_stats(mech: Mechanism, n: int, value: float, size: int, rng: np.random.Generator, statistic: str,
+                inner_elements: int = INNER_ELEMENTS):
+    """Histograms of one block of ``size`` records on the constant input ``value``.
+
+    The block's generator is used for sub-chunks of about ``inner_elements`` floats, so the
+    arrays stay cache-sized while generator streams stay few (one per block)."""
+    h_bits = np.zeros(n + 1, np.int64)
+    h_clip = np.zeros(CLIPPED_BINS, np.int64) if statistic == "clipped-mean" else None
+    step = max(1, inner_elements // n)
+    x_full = np.zeros((min(step, size), n)) if value == 0.0 else np.ones((min(step, size), n))
+    done = 0
+    while done < size:
+        m = min(step, size - done)
+        x = x_full[:m].copy()  # a fresh array: a mechanism may write into its input
+        y = _call(mech, x, rng)
+        bits = np.count_nonzero(y >= 0.5, axis=1)
+        h_bits += np.bincount(bits, minlength=n + 1)
+        if h_clip is not None:
+            t = np.clip(y, 0.0, 1.0).mean(axis=1)
+            idx = np.minimum((t * CLIPPED_BINS).astype(np.int64), CLIPPED_BINS - 1)
+            h_clip += np.bincount(idx, minlength=CLIPPED_BINS)
+        done += m
     return h_bits, h_clip
 
 
@@ -365,8 +378,9 @@ def audit_mechanism(
       ``"clipped-mean"``) with ``ceil(selection_fraction · N)`` extra selection records.
     sampler: ``"full"`` (real arrays, default), ``"sufficient-statistic"`` (zoo only, exact
       Binomial/Multinomial shortcut), or ``"auto"``.
-    workers: threads (default: all cores); chunk_elements: floats per chunk (memory bound is
-      about ``4 · 8 · chunk_elements`` bytes per worker). progress: called with the number of
+    workers: threads (default: all cores); chunk_elements: floats per block (one generator
+      stream each; the mechanism is called on sub-chunks of ``INNER_ELEMENTS`` = 65536 floats,
+      so memory is a few MiB per worker whatever ``N`` and ``n``). progress: called with the number of
       records just finished.
 
     Returns an :class:`AuditResult` (``.epsilon_hat``, ``.epsilon_lower``, ``.violation`` ...).

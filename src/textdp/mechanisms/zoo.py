@@ -172,9 +172,12 @@ class LaplaceMechanism(ZooMechanism):
     """The correct Laplace mechanism: ``x + Laplace(0, b)`` per coordinate, ``b = n/ε``
     (L1 sensitivity of the identity on ``[0,1]^n`` is ``n``; Dwork & Roth 2014, Thm 3.6).
 
-    The noise is the textbook float inverse-CDF sampler of the paper (a faithful replica
-    for the sanity check, not a release mechanism: floating-point Laplace leaks through
-    its low-order bits, Mironov 2012). textdp's release primitive is ``laplace-secure``.
+    The noise is the textbook float inverse-CDF sampler of the paper (numpy's
+    ``Generator.laplace``, which computes ``±b·ln(2U)`` from one uniform, the same law as the
+    official code's ``−sgn(U−½)·ln(1−2|U−½|)``; :func:`_inverse_cdf_laplace` is that literal
+    formula, used by the tests). A faithful replica for the sanity check, not a release
+    mechanism: floating-point Laplace leaks through its low-order bits (Mironov 2012).
+    textdp's release primitive is ``laplace-secure``.
 
     Bit probability: a coordinate of ``0 + bL`` is ``>= 0.5`` with probability
     ``q = ½·exp(−1/(2b))``; a coordinate of ``1 + bL`` with ``1 − q``.
@@ -190,7 +193,9 @@ class LaplaceMechanism(ZooMechanism):
 
     def __call__(self, x, rng):
         x = _as_records(x, self.n)
-        return x + self.scale * _inverse_cdf_laplace(x.shape, rng)
+        y = rng.laplace(0.0, self.scale, x.shape)  # numpy's inverse-CDF sampler, in C
+        y += x
+        return y
 
     def bit_probability(self, value):
         q = 0.5 * math.exp(-1.0 / (2.0 * self.scale))
