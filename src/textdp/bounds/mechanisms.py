@@ -7,8 +7,13 @@ and its Fisher information, so Theorems 1 and 2 apply to them directly.
 * :class:`EmbeddingGaussianMechanism`: each document's text embedding, clipped to norm C,
   plus N(0, σ²I): the per-document release that makes the bounds speak about text.
 
-All noise is drawn with :func:`textdp.noise.gaussian` from a :func:`textdp.noise.make_rng`
-generator (CSPRNG by default). Guarantees are replace-one RDP curves on
+Releases go through textdp's float-safe Gaussian release (:func:`_float_safe_release`: the
+value snapped to the noise grid of :func:`textdp.noise.gaussian_mechanism_params`, plus
+:func:`textdp.noise.gaussian`, with σ inflated by the snapping slack, per record) from a
+:func:`textdp.noise.make_rng` generator (CSPRNG by default); the RDP guarantee covers that
+release. The Fisher-information analysis (Theorem 2) is for the idealised continuous
+mechanism f(z) + N(0, σ²I): snapping to a 2⁻¹²σ grid makes the released density a lattice
+law that is not differentiable in z, so FIL values describe the continuous mechanism. Guarantees are replace-one RDP curves on
 ``DEFAULT_ORDERS`` (order 2 included), computed with dp-accounting.
 """
 
@@ -35,6 +40,15 @@ def _pos(x, name):
     if not math.isfinite(v) or v <= 0:
         raise ParameterError(f"{name} must be > 0, got {x!r}")
     return v
+
+
+def _float_safe_release(V: np.ndarray, sensitivity: float, sigma: float, rng, record_dim: int) -> np.ndarray:
+    """Snap V to the noise grid and add discrete-Gaussian noise (textdp.noise), with the grid
+    and σ inflation computed for ONE record of ``record_dim`` coordinates (V may hold many)."""
+    from textdp.noise import gaussian, gaussian_mechanism_params, make_rng, snap_to_grid
+
+    g, sig = gaussian_mechanism_params(int(record_dim), sensitivity, sigma)
+    return snap_to_grid(V, g) + gaussian(sig, V.shape, make_rng(rng))
 
 
 def gaussian_rdp_curve(sigma: float, sensitivity: float, orders=DEFAULT_ORDERS, unit: str = "record") -> RDP:
@@ -73,11 +87,15 @@ class GaussianMechanism:
         return self.guarantee.epsilon_at(2.0)
 
     def release(self, value, rng=None) -> np.ndarray:
-        """value + N(0, σ²I), float64 of value's shape. rng: Generator/seed/None (CSPRNG)."""
-        from textdp.noise import gaussian, make_rng
-
+        """value + N(0, σ²I), float64 of value's shape (float-safe). ``value`` is ONE record's
+        f(D) (its size sets the snapping slack); rng: Generator/seed/None (CSPRNG)."""
         v = np.asarray(value, dtype=np.float64)
-        return v + gaussian(self.sigma, v.shape, make_rng(rng))
+        return _float_safe_release(v, self.sensitivity, self.sigma, rng, max(v.size, 1))
+
+    def release_many(self, values, rng=None) -> np.ndarray:
+        """Independent releases of each row of ``values`` (``(T, k)``): ``(T, k)`` float64."""
+        V = np.atleast_2d(np.asarray(values, dtype=np.float64))
+        return _float_safe_release(V, self.sensitivity, self.sigma, rng, V.shape[1])
 
     def fisher_information(self, jacobian) -> np.ndarray:
         from textdp.bounds.fil import gaussian_fisher_information
@@ -131,12 +149,11 @@ class OutputPerturbation:
                              "normalise the rows or raise the bound (the guarantee depends on it)")
         return fit_glm(X, y, self.lam, self.model)
 
-    def release(self, X, y, rng=None, fit=None) -> np.ndarray:
-        """θ* + N(0, σ²I): ``(p,)`` float64."""
-        from textdp.noise import gaussian, make_rng
-
+    def release(self, X, y, rng=None, fit=None, draws: int | None = None) -> np.ndarray:
+        """θ* + N(0, σ²I): ``(p,)`` float64 (float-safe), or ``(draws, p)`` independent draws."""
         f = self.fit(X, y) if fit is None else fit
-        return f.theta + gaussian(self.sigma, f.theta.shape, make_rng(rng))
+        base = f.theta if draws is None else np.tile(f.theta, (int(draws), 1))
+        return _float_safe_release(base, self.sensitivity, self.sigma, rng, f.p)
 
     def per_sample_fil(self, X, y, kind: str = "trace", fit=None) -> np.ndarray:
         """Per-record η² (dFIL by default) of this release; see :func:`textdp.bounds.glm.per_sample_fil`."""
@@ -181,11 +198,9 @@ class EmbeddingGaussianMechanism:
         return E * scale
 
     def release(self, E, rng=None) -> np.ndarray:
-        """``(n, m)`` embeddings → ``(n, m)`` float64 noisy clipped embeddings."""
-        from textdp.noise import gaussian, make_rng
-
+        """``(n, m)`` embeddings → ``(n, m)`` float64 noisy clipped embeddings (float-safe, per document)."""
         C = self.clip(E)
-        return C + gaussian(self.sigma, C.shape, make_rng(rng))
+        return _float_safe_release(C, 2.0 * self.clip_norm, self.sigma, rng, C.shape[1])
 
     def per_sample_fil(self, E, kind: str = "trace") -> np.ndarray:
         """``(n,)`` η² per document (closed form above)."""
