@@ -45,11 +45,13 @@ def test_metric_per_token_adds_and_umldp_adds_epsilon0():
 
 def test_groups_are_never_mixed():
     assert group_key(MetricDP(epsilon=1)) != group_key(PureDP(epsilon=1))
+    both = compose([MetricDP(epsilon=1.0, metric="glove"), MetricDP(epsilon=2.0, metric="minilm")])
+    assert both.epsilon == 3.0 and both.metric == "max(glove, minilm)"  # different metrics still add
     assert group_key(PureDP(epsilon=1, unit="token")) != group_key(PureDP(epsilon=1, unit="document"))
     with pytest.raises(ParameterError):
         compose([MetricDP(epsilon=1.0), PureDP(epsilon=1.0)])
     groups = compose_by_group([MetricDP(epsilon=1.0), PureDP(epsilon=1.0), MetricDP(epsilon=1.0)])
-    assert len(groups) == 2 and groups["metric/token/euclidean"].epsilon == 2.0
+    assert len(groups) == 2 and groups["metric/token"].epsilon == 2.0
 
 
 def test_rdp_composes_orderwise_and_converts():
@@ -99,8 +101,8 @@ def test_ledger_refuses_an_overspend_with_the_numbers(ledger):
     e = ledger.record(MetricDP(epsilon=3.0), command="sanitize", force=True)
     assert e["forced"] is True
     s = ledger.summary()
-    assert s["groups"]["metric/token/euclidean"]["epsilon"] == 6.0
-    assert s["groups"]["metric/token/euclidean"]["remaining_epsilon"] == -1.0
+    assert s["groups"]["metric/token"]["epsilon"] == 6.0
+    assert s["groups"]["metric/token"]["remaining_epsilon"] == -1.0
     assert s["releases"] == 3 and s["chain_ok"]
 
 
@@ -186,10 +188,10 @@ def test_budget_cli_set_show_json(tmp_path):
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     assert s["budget"]["epsilon"] == 4.0
-    assert s["groups"]["metric/token/euclidean"]["remaining_epsilon"] == 1.0
+    assert s["groups"]["metric/token"]["remaining_epsilon"] == 1.0
     assert s["release_log"][0]["command"] == "sanitize"
     r = runner.invoke(_app(), ["budget", "show", "toy", "--ledger-dir", d])
-    assert r.exit_code == 0 and "metric/token/euclidean" in r.stdout
+    assert r.exit_code == 0 and "metric/token" in r.stdout
     r = runner.invoke(_app(), ["budget", "verify", "toy", "--ledger-dir", d])
     assert r.exit_code == 0 and "hash chain ok" in r.stdout
 
@@ -198,3 +200,44 @@ def test_budget_cli_bad_epsilon_is_one_line_exit_2(tmp_path):
     r = CliRunner().invoke(_app(), ["budget", "set", "toy", "--epsilon", "-1", "--ledger-dir", str(tmp_path)])
     assert r.exit_code == 2
     assert "Traceback" not in r.output and "positive" in r.output
+
+
+def test_ledger_reads_seed_mode_from_a_card_randomness_entry(ledger):
+    e = ledger.record(MetricDP(epsilon=1.0), card={"randomness": {"seeded": True, "note": "not for release"}})
+    assert e["seeded"] is True
+
+
+@pytest.mark.slow
+def test_sanitize_cli_refuses_an_overspend(tmp_path):
+    _sanitize_overspend(tmp_path)
+
+
+def _sanitize_overspend(tmp_path):
+    """`textdp sanitize` appends to the ledger and refuses a release over the budget unless --force."""
+    from textdp.embeddings import Embeddings
+
+    words = ["good", "great", "bad", "awful", "film", "movie"]
+    emb = tmp_path / "tiny.glove.txt"
+    vecs = [[1, 0, 0], [0.9, 0.1, 0], [-1, 0, 0], [-0.9, -0.1, 0], [0, 1, 0], [0, 0.95, 0.05]]
+    emb.write_text("".join(f"{w} {' '.join(map(str, v))}\n" for w, v in zip(words, vecs)))
+    data = tmp_path / "reviews.txt"
+    data.write_text("good film\nbad movie\ngreat film\n")
+    led = str(tmp_path / "ledgers")
+    runner = CliRunner()
+    base = ["sanitize", str(data), "--embeddings", str(emb), "--ledger-dir", led, "--seed", "1", "-q"]
+    assert runner.invoke(_app(), ["budget", "set", str(data), "--epsilon", "5", "--ledger-dir", led]).exit_code == 0
+    r = runner.invoke(_app(), base + ["--epsilon", "3", "-o", str(tmp_path / "a.txt")])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(_app(), base + ["--epsilon", "3", "-o", str(tmp_path / "b.txt")])
+    assert r.exit_code == 2 and "budget" in r.output and "remaining 2" in r.output, r.output
+    assert not (tmp_path / "b.txt").exists()  # refused before any output
+    r = runner.invoke(_app(), base + ["--epsilon", "3", "-o", str(tmp_path / "c.txt"), "--force"])
+    assert r.exit_code == 0, r.output
+    s = Ledger(str(data), led).summary()
+    assert s["releases"] == 2 and s["groups"]["metric/token"]["epsilon"] == 6.0
+    assert Ledger(str(data), led).releases()[-1]["forced"] is True
+    assert Ledger(str(data), led).releases()[0]["card"]["mechanism"]
+
+
+def test_sanitize_cli_ledger_integration(tmp_path):
+    _sanitize_overspend(tmp_path)

@@ -15,10 +15,14 @@ group key                    members and rule
                              and a pure epsilon enters as
                              ``eps(alpha) = min(eps, alpha eps^2 / 2)`` (Bun &
                              Steinke 2016, Prop. 3.3 + RDP of zCDP).
-``metric/<unit>/<metric>``   MetricDP, UMLDP with the same unit (``token``) and
-                             metric. Releases of the same data compose by adding
+``metric/<unit>``            MetricDP, UMLDP with the same unit (``token``).
+                             Releases of the same data compose by adding
                              epsilons: ``M1 x M2`` is ``(e1 + e2) d``-private.
-                             UMLDP also adds its additive ``epsilon0``.
+                             Under different metrics (e.g. two embedding
+                             tables) the composition is ``e1 d1 + e2 d2 <=
+                             (e1 + e2) max(d1, d2)``: the epsilons still add
+                             (a conservative cap), and the composed metric is
+                             named ``max(d1, d2)``. UMLDP also adds ``epsilon0``.
 ``none``                     NoPrivacy: anything composed with it has none.
 ============================ ===================================================
 
@@ -77,7 +81,7 @@ def group_key(g: Guarantee) -> str:
     if isinstance(g, _DP):
         return f"dp/{g.unit}/{g.neighbours}"
     if isinstance(g, _METRIC):
-        return f"metric/{g.unit}/{g.metric}"
+        return f"metric/{g.unit}"
     raise ParameterError(f"no composition rule for guarantee kind {g.kind!r}")
 
 
@@ -136,6 +140,9 @@ def compose(guarantees: Sequence[Guarantee], delta: float = 1e-6) -> Guarantee:
                          neighbours=first.neighbours)
     if key.startswith("metric/"):
         eps = sum(g.epsilon for g in gs)
+        metrics = list(dict.fromkeys(g.metric for g in gs))
+        metric = metrics[0] if len(metrics) == 1 else "max(" + ", ".join(metrics) + ")"
+        first = type(first)(**{**first.__dict__, "metric": metric})
         if all(isinstance(g, MetricDP) for g in gs):
             return MetricDP(epsilon=eps, metric=first.metric, unit=first.unit, neighbours=first.neighbours)
         e0 = sum(getattr(g, "epsilon0", 0.0) for g in gs)

@@ -277,7 +277,8 @@ class Ledger:
                 self.check(guarantee)
             except BudgetExceededError:
                 forced = True
-        seeded = bool(((card or {}).get("seed") or {}).get("seeded", False)) if isinstance(card, dict) else False
+        rnd = (card.get("randomness") or card.get("seed") or {}) if isinstance(card, dict) else {}
+        seeded = bool(rnd.get("seeded", False)) if isinstance(rnd, dict) else False
         return self._append({
             "type": "release",
             "time": _now(),

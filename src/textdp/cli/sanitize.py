@@ -82,6 +82,10 @@ def sanitize_command(
     json_out: bool = opt_json(),
     chunk_size: int = typer.Option(50_000, "--chunk-size", help="Documents per streamed chunk."),
     block_mb: float = typer.Option(8.0, "--block-size", help="MiB per block of word distributions."),
+    ledger_dir: Optional[str] = typer.Option(None, "--ledger-dir", help="Folder of the budget ledgers."),
+    no_ledger: bool = typer.Option(False, "--no-ledger", help="Do not record the release in the budget ledger."),
+    force: bool = typer.Option(False, "--force", help="Release even if it exceeds the dataset's budget "
+                               "(recorded as forced)."),
 ):
     """Sanitize a corpus token by token with SanText, SanText+ or FBDD and write a privacy card."""
     from textdp.accounting.card import build_card, check_card_path, write_card
@@ -131,6 +135,14 @@ def sanitize_command(
     try:
         io.check_output_path(out, [None if builtin else input], overwrite=overwrite)
         check_card_path(out, overwrite=overwrite)
+        led = None
+        if not no_ledger:  # refuse an overspend before any work (issue 8)
+            from textdp.accounting.guarantees import MetricDP
+            from textdp.accounting.ledger import Ledger
+
+            led = Ledger(input, ledger_dir)
+            if not force:
+                led.check(MetricDP(epsilon=epsilon))
         result = _run(input, builtin, out, mech_name, epsilon, embeddings, kwargs, text_column, split, limit,
                       chunk_size, quiet, overwrite, load_dataset, io, make_mechanism, privacy_statistics,
                       build_card, write_card, t0, seed)
@@ -139,6 +151,11 @@ def sanitize_command(
         raise
 
     stats, card_file, mech = result
+    if led is not None:  # append the release (with its card) after the card is written
+        import json as _json
+
+        led.record(mech.guarantee, card=_json.loads(Path(card_file).read_text(encoding="utf-8")),
+                   input_path=None if builtin else input, command=f"sanitize --mechanism {mech_name}", force=True)
     total_s = time.perf_counter() - t0
     summary = {
         "input": input, "output": str(out), "card": str(card_file), "mechanism": mech.name,
