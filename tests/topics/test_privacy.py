@@ -104,22 +104,31 @@ def test_hdp_noise_scale_follows_from_epsilon_and_split():
     m = HDPLDA(5, epsilon=2.0, iterations=40, sweeps_per_release=4, max_doc_length=50)
     acc = m.accounting()
     assert m.releases == 10
-    assert acc["sensitivity_l1"] == 100.0
+    assert acc["sensitivity_l1"] == 100
     assert acc["scale"] == pytest.approx(100.0 * 10 / 2.0)  # b = Δ₁ R / ε
     assert acc["epsilon_per_release"] == pytest.approx(0.2)
     paper = HDPLDA(5, epsilon=2.0, iterations=40, unit="token-paper")
     assert paper.accounting()["scale"] == pytest.approx(2.0 * 40 / 2.0)
-    # the released view really carries Laplace(b) noise (KS test at level 0.001), counts untouched
-    nwk = np.full((300, 5), 10_000, dtype=np.int32)
-    view = m.noisy_view(nwk, 3.0, make_rng(1))
+    # the released view carries discrete Laplace(b) noise (chi-square goodness of fit at level 0.001),
+    # and the true counts are untouched
+    b = 1.5
+    nwk = np.full((4000, 5), 10_000, dtype=np.int32)
+    view = m.noisy_view(nwk, b, make_rng(1))
     assert np.all(nwk == 10_000)
-    assert stats.kstest((view - nwk).ravel(), stats.laplace(scale=3.0).cdf).pvalue > 0.001
+    z = (view - nwk).ravel()
+    assert np.all(z == np.round(z))
+    q = math.exp(-1 / b)
+    support = np.arange(-6, 7)
+    pmf = (1 - q) / (1 + q) * q ** np.abs(support)
+    expected = np.append(pmf, 1 - pmf.sum()) * z.size
+    observed = np.append([(z == v).sum() for v in support], (np.abs(z) > 6).sum())
+    assert stats.chisquare(observed, expected).pvalue > 0.001
     assert m.guarantee.epsilon == 2.0 and m.guarantee.unit == "document"
 
 
 def test_hdp_pld_accounting_is_tighter_and_valid():
-    basic = laplace_composition(5.0, 100, 2.0)
-    pld = laplace_composition(5.0, 100, 2.0, delta=1e-6)
+    basic = laplace_composition(5.0, 100, 2)
+    pld = laplace_composition(5.0, 100, 2, delta=1e-6)
     assert pld["scale"] < basic["scale"]
     assert pld["epsilon_achieved"] <= 5.0 + 1e-6
     assert HDPLDA(2, epsilon=5, delta=1e-6, iterations=100).guarantee.kind == "approx-dp"

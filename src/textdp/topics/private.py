@@ -17,7 +17,7 @@ import numpy as np
 
 from textdp.accounting.guarantees import ApproxDP, LocalDP, PureDP
 from textdp.errors import InputError, ParameterError
-from textdp.noise import laplace, random_source
+from textdp.noise import discrete_laplace, random_source
 from textdp.topics.corpus import Corpus
 from textdp.topics.lda import Callback, GibbsState, check_corpus, check_hyperparameters, run_sweeps
 from textdp.topics.privacy import (
@@ -46,26 +46,30 @@ def _check_eps(epsilon, name="epsilon") -> float:
 # ------------------------------------------------------------------------------------------------------------
 # Accounting of repeated Laplace releases
 # ------------------------------------------------------------------------------------------------------------
-def _pld_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
-    """ε at δ of ``releases`` self-composed Laplace mechanisms (dp_accounting PLD, pessimistic)."""
-    import dp_accounting
-    from dp_accounting.pld import PLDAccountant
+def _pld_epsilon(scale: float, releases: int, sensitivity: int, delta: float) -> float:
+    """ε at δ of ``releases`` self-composed discrete Laplace mechanisms, P(z) ∝ exp(−|z|/scale), with integer
+    L1 sensitivity (dp_accounting PLD, pessimistic estimate, value discretization 1e-3)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
 
-    acc = PLDAccountant(value_discretization_interval=1e-3)
-    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(noise_multiplier), releases))
-    return float(acc.get_epsilon(delta))
+    d = pld.from_discrete_laplace_mechanism(1.0 / scale, sensitivity=int(sensitivity),
+                                            value_discretization_interval=1e-3)
+    return float(d.self_compose(int(releases)).get_epsilon_for_delta(delta))
 
 
-def laplace_composition(epsilon: float, releases: int, sensitivity: float, delta: float = 0.0) -> dict:
-    """Calibrate the Laplace scale of ``releases`` adaptive releases with L1 ``sensitivity``
-    so that the whole run is ε-DP (δ = 0) or (ε, δ)-DP (δ > 0).
+def laplace_composition(epsilon: float, releases: int, sensitivity: int, delta: float = 0.0) -> dict:
+    """Calibrate the scale b of ``releases`` adaptive discrete-Laplace releases of integer counts with integer
+    L1 ``sensitivity`` so that the whole run is ε-DP (δ = 0) or (ε, δ)-DP (δ > 0).
 
-    δ = 0: basic composition of pure DP (dp_accounting has no pure-DP accountant that
-    is tighter): each release gets ε_t = ε / releases and scale b = Δ₁/ε_t.
-    δ > 0: dp_accounting's PLD accountant on ``releases`` self-composed
-    ``LaplaceDpEvent(b/Δ₁)``, with b found by bisection
-    (bisection for the smallest noise whose composed ε at δ is <= the target); never larger than the
-    δ = 0 scale. Returns {"scale", "epsilon_per_release", "composition", "epsilon", "delta"}.
+    Discrete Laplace P(z) ∝ exp(−|z|/b) on an integer query with L1 sensitivity Δ is
+    (Δ/b)-DP (Canonne, Kamath & Steinke 2020), exactly as the continuous one, with no
+    floating-point leak (the noise comes from :func:`textdp.noise.discrete_laplace`).
+
+    δ = 0: basic composition of pure DP (no accountant is tighter for pure ε): each
+    release gets ε_t = ε / releases and b = Δ/ε_t.
+    δ > 0: dp_accounting's PLD of the discrete Laplace mechanism self-composed
+    ``releases`` times; b is found by bisection (the smallest noise whose composed ε
+    at δ is <= the target) and is never larger than the δ = 0 scale.
+    Returns {"scale", "epsilon_per_release", "composition", "epsilon", "delta", ...}.
     """
     epsilon = _check_eps(epsilon)
     releases = int(releases)
@@ -73,24 +77,24 @@ def laplace_composition(epsilon: float, releases: int, sensitivity: float, delta
         raise ParameterError("at least one release is needed")
     if not (0.0 <= float(delta) < 1.0):
         raise ParameterError(f"delta must be in [0, 1), got {delta!r}")
+    sensitivity = int(sensitivity)
     basic = sensitivity * releases / epsilon
     out = {"scale": basic, "epsilon_per_release": epsilon / releases, "composition": "basic (pure DP)",
+           "noise": "discrete Laplace P(z) ∝ exp(-|z|/scale) on the integer counts",
            "epsilon": epsilon, "delta": 0.0, "releases": releases, "sensitivity_l1": sensitivity}
     if delta > 0:
-        mult_basic = basic / sensitivity
-        lo, hi = math.log(mult_basic / 1000.0), math.log(mult_basic)
-        for _ in range(16):  # bisection on log(noise multiplier): smallest noise meeting the target
+        lo, hi = math.log(basic / 1000.0), math.log(basic)
+        for _ in range(16):  # bisection on log(scale): the smallest noise meeting the target
             mid = 0.5 * (lo + hi)
-            if _pld_epsilon(math.exp(mid), releases, float(delta)) <= epsilon:
+            if _pld_epsilon(math.exp(mid), releases, sensitivity, float(delta)) <= epsilon:
                 hi = mid
             else:
                 lo = mid
-        mult = math.exp(hi)
-        scale = min(basic, mult * sensitivity)
+        scale = min(basic, math.exp(hi))
         out.update(scale=scale, epsilon_per_release=sensitivity / scale, delta=float(delta),
-                   composition="dp_accounting PLD accountant (Laplace, self-composed, pessimistic, "
+                   composition="dp_accounting PLD accountant (discrete Laplace, self-composed, pessimistic, "
                                "value discretization 1e-3)",
-                   epsilon_achieved=_pld_epsilon(scale / sensitivity, releases, float(delta)))
+                   epsilon_achieved=_pld_epsilon(scale, releases, sensitivity, float(delta)))
     return out
 
 
@@ -103,7 +107,8 @@ class HDPLDA:
     Mechanism (one run, ``iterations`` sweeps): the curator holds the true counts.
     The first sweeps use a data-independent view (φ_k drawn from Dir(1, …, 1)). After every
     ``sweeps_per_release`` sweeps it releases the noisy view
-    ñ_k^(w) = max(n_k^(w) + Lap(b), 0) (a separate float array; the integer counts are
+    ñ_k^(w) = max(n_k^(w) + Z, 0), Z discrete Laplace P(z) ∝ exp(−|z|/b) (the counts are
+    integers, so the exact integer mechanism applies; float-safe by construction) (a separate float array; the integer counts are
     never touched) and the following sweeps sample with the topic-word term fixed to
     φ̃ = (ñ_k^(w) + β)/(ñ_k + Vβ), ñ_k = Σ_w ñ_k^(w) (post-processing, no extra cost),
     as workers of a distributed sampler would. The model is φ̃ of the last release.
@@ -157,16 +162,16 @@ class HDPLDA:
         return -(-self.iterations // self.sweeps_per_release)
 
     @property
-    def sensitivity(self) -> float:
-        """L1 sensitivity of one release of the (V, K) topic-word counts."""
-        return 2.0 * self.max_doc_length if self.unit == "document" else 2.0
+    def sensitivity(self) -> int:
+        """L1 sensitivity (integer) of one release of the (V, K) topic-word counts."""
+        return 2 * self.max_doc_length if self.unit == "document" else 2
 
     def accounting(self) -> dict:
         key = (self.epsilon, self.releases, self.sensitivity, self.delta)
         if getattr(self, "_acc_key", None) != key:
             self._acc_key, self._acc = key, laplace_composition(*key)
         acc = dict(self._acc)
-        acc.update(mechanism="Laplace on topic-word counts, every release", unit=self.unit,
+        acc.update(mechanism="discrete Laplace on the topic-word counts at every release", unit=self.unit,
                    max_doc_length=self.max_doc_length if self.unit == "document" else None,
                    sweeps_per_release=self.sweeps_per_release,
                    not_credited="inherent CGS randomness (data-dependent)",
@@ -186,8 +191,8 @@ class HDPLDA:
                 "max_doc_length": self.max_doc_length, "sweeps_per_release": self.sweeps_per_release}
 
     def noisy_view(self, nwk: np.ndarray, scale: float, rng) -> np.ndarray:
-        """(V, K) float64 max(n + Lap(scale), 0); ``nwk`` itself is not modified."""
-        return np.maximum(nwk + laplace(scale, nwk.shape, rng), 0.0)
+        """(V, K) float64 max(n + Z, 0) with Z discrete Laplace(scale); ``nwk`` itself is not modified."""
+        return np.maximum(nwk + discrete_laplace(scale, nwk.shape, rng), 0).astype(np.float64)
 
     def _phi_from_view(self, view: np.ndarray) -> np.ndarray:
         V = view.shape[0]
