@@ -144,7 +144,8 @@ def compose(guarantees: Sequence[Guarantee], delta: float = 1e-6) -> Guarantee:
         metric = metrics[0] if len(metrics) == 1 else "max(" + ", ".join(metrics) + ")"
         first = type(first)(**{**first.__dict__, "metric": metric})
         if all(isinstance(g, MetricDP) for g in gs):
-            return MetricDP(epsilon=eps, metric=first.metric, unit=first.unit, neighbours=first.neighbours)
+            return MetricDP(epsilon=eps, metric=first.metric, unit=first.unit, neighbours=first.neighbours,
+                            epsilon0=sum(g.epsilon0 for g in gs))
         e0 = sum(getattr(g, "epsilon0", 0.0) for g in gs)
         w = min(getattr(g, "sensitive_fraction", 1.0) for g in gs)
         return UMLDP(epsilon=eps, epsilon0=e0, metric=first.metric, sensitive_fraction=w, unit=first.unit,

@@ -117,23 +117,26 @@ class RDP(Guarantee):
 
 @dataclass(frozen=True)
 class MetricDP(Guarantee):
-    """Metric LDP (d_X-privacy): p(y|x) <= exp(epsilon * d(x, x')) p(y|x').
+    """Metric LDP (d_X-privacy): p(y|x) <= exp(epsilon * d(x, x') + epsilon0) p(y|x').
 
     ``metric`` names d (e.g. ``"euclidean"`` over embeddings); ``unit`` is
-    usually ``"token"``.
+    usually ``"token"``. ``epsilon0`` (default 0) is an additive term, e.g. the
+    accounted discretisation cost of a float-safe sampler (SanText).
     """
 
     epsilon: float = 1.0
     metric: str = "euclidean"
     unit: str = "token"
     neighbours: str = "replace-one"
+    epsilon0: float = 0.0
     kind = "metric-dp"
 
     def __post_init__(self):
         _check_epsilon(self.epsilon, allow_inf=True)
 
     def describe(self) -> str:
-        return f"{self.epsilon:g}·d(x,x′) metric LDP per {self.unit} (d = {self.metric})"
+        extra = f" + {self.epsilon0:.2g}" if self.epsilon0 else ""
+        return f"{self.epsilon:g}·d(x,x′){extra} metric LDP per {self.unit} (d = {self.metric})"
 
 
 @dataclass(frozen=True)
