@@ -1,0 +1,281 @@
+"""``textdp bounds``: what can an attacker reconstruct? (Guo et al. 2022)
+
+Thin layer over :mod:`textdp.bounds`: parsing, progress, printing.
+  textdp bounds mse --epsilon 2 --range 0,100          RDP lower bound on reconstruction MSE
+  textdp bounds glm rotten-tomatoes --sigma 1e-5 ...   per-record FIL, informed attack, figure
+  textdp bounds dpsgd rotten-tomatoes --epochs 3 ...   DP-SGD with per-example FIL next to ε
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from textdp.cli._common import err_console, handle_errors, opt_json, opt_overwrite, opt_quiet, opt_seed, out_console, print_json, progress
+from textdp.errors import OutputError, ParameterError
+
+bounds_app = typer.Typer(help="Lower bounds on reconstruction error (RDP and Fisher information), FIL accounting.",
+                         no_args_is_help=True)
+
+
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        vals = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ParameterError(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
+    if not vals:
+        raise ParameterError(f"{name} is empty")
+    return vals
+
+
+def _out_dir(output: Optional[Path], overwrite: bool) -> Optional[Path]:
+    if output is None:
+        return None
+    if output.exists() and not output.is_dir():
+        raise OutputError(f"output {str(output)!r} is a file; give a folder name")
+    if output.exists() and any(output.iterdir()) and not overwrite:
+        raise OutputError(f"output folder {str(output)!r} is not empty; pass --overwrite to replace its files")
+    if not output.parent.exists():
+        raise OutputError(f"folder {str(output.parent)!r} of the output does not exist; create it first")
+    output.mkdir(exist_ok=True)
+    return output
+
+
+def _wide():
+    """stdout console at least 120 columns wide (tables are not squeezed when piped)."""
+    if out_console.is_terminal or out_console.width >= 120:
+        return out_console
+    from rich.console import Console
+
+    return Console(width=120, highlight=False)
+
+
+def _write_json(obj, path: Path) -> None:
+    from textdp.data.io import atomic_output
+
+    with atomic_output(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+@bounds_app.command("mse")
+@handle_errors
+def mse_cmd(
+    epsilon: float = typer.Option(..., "--epsilon", "-e", help="ε of the mechanism, per record."),
+    diam: Optional[str] = typer.Option(None, "--diam", help="Data range width per coordinate: one number or a comma list."),
+    range_: Optional[str] = typer.Option(None, "--range", help="Data range LO,HI (diam = HI − LO), e.g. 0,100."),
+    kind: str = typer.Option("rdp", "--kind", help="What ε is: 'rdp' (Rényi DP at --order), 'dp' (pure ε-DP)."),
+    order: float = typer.Option(2.0, "--order", help="Rényi order of ε for --kind rdp (≥ 2; the bound needs order 2)."),
+    delta: Optional[float] = typer.Option(None, "--delta", help="ε is (ε, δ)-DP: assumes a Gaussian mechanism calibrated to it."),
+    gamma: Optional[float] = typer.Option(None, "--gamma", help="Bias slack γ of a biased attack (Thm 1, biased form)."),
+    gamma_mode: str = typer.Option("variation", "--gamma-mode", help="'variation' (|b(z′)−b(z)| ≤ γ) or 'absolute' (|b| ≤ γ)."),
+    as_json: bool = opt_json(),
+):
+    """Lower bound on ANY reconstruction attack's mean squared error (Guo et al. 2022, Theorem 1)."""
+    from textdp.bounds import (
+        epsilon2_from_approx_dp,
+        epsilon2_from_pure_dp,
+        epsilon2_from_rdp_curve,
+        mia_advantage_bound,
+        mse_to_std,
+        rdp_mse_lower_bound,
+    )
+    from textdp.bounds.rdp import check_epsilon
+
+    eps = check_epsilon(epsilon)
+    if diam is not None and range_ is not None:
+        raise ParameterError("give either --diam or --range, not both")
+    if range_ is not None:
+        lohi = _floats(range_, "--range")
+        if len(lohi) != 2 or not lohi[1] > lohi[0]:
+            raise ParameterError(f"--range must be LO,HI with HI > LO, got {range_!r}")
+        d = [lohi[1] - lohi[0]]
+    else:
+        d = _floats(diam, "--diam") if diam is not None else [1.0]
+    if delta is not None:
+        e2, how = epsilon2_from_approx_dp(eps, delta), f"({eps:g}, {delta:g})-DP, Gaussian mechanism assumed"
+    elif kind == "dp":
+        e2, how = epsilon2_from_pure_dp(eps), f"{eps:g}-DP (tight: randomized-response χ²)"
+    elif kind == "rdp":
+        e2 = epsilon2_from_rdp_curve([order], [eps])
+        how = f"({order:g}, {eps:g})-RDP" + ("" if order == 2 else " (Rényi divergence grows with the order)")
+    else:
+        raise ParameterError(f"--kind must be 'rdp' or 'dp', got {kind!r}")
+    unb = rdp_mse_lower_bound(e2, d)
+    res = {"epsilon": eps, "guarantee": how, "epsilon2": e2, "diam": d if len(d) > 1 else d[0],
+           "mse_lower_bound_unbiased": unb, "std_lower_bound_unbiased": mse_to_std(unb)}
+    if gamma is not None:
+        b = rdp_mse_lower_bound(e2, d, gamma=gamma, gamma_mode=gamma_mode)
+        res.update({"gamma": gamma, "gamma_mode": gamma_mode, "mse_lower_bound_biased": b,
+                    "std_lower_bound_biased": mse_to_std(b)})
+    if delta is None and kind == "dp":
+        res["mia_advantage_bound"] = mia_advantage_bound(eps)
+    if as_json:
+        print_json(res)
+        return
+    t = Table(title=f"Reconstruction lower bound for {how}", show_header=True)
+    t.add_column("attack")
+    t.add_column("MSE ≥", justify="right")
+    t.add_column("std ≥", justify="right")
+    t.add_row("unbiased", f"{unb:.4g}", f"{mse_to_std(unb):.4g}")
+    if gamma is not None:
+        t.add_row(f"biased (γ = {gamma:g}, {gamma_mode})", f"{res['mse_lower_bound_biased']:.4g}",
+                  f"{res['std_lower_bound_biased']:.4g}")
+    out_console.print(t)
+    out_console.print(f"(2, ε)-RDP value used: ε₂ = {e2:.6g}; per-coordinate data range diam = "
+                      f"{res['diam']}. An unbiased attacker's guess is off by ±{mse_to_std(unb):.3g} (1 std) or more.")
+    if "mia_advantage_bound" in res:
+        out_console.print(f"Membership inference: success ≤ {(res['mia_advantage_bound'] + 1) / 2:.1%}.")
+
+
+@bounds_app.command("glm")
+@handle_errors
+def glm_cmd(
+    dataset: str = typer.Argument("rotten-tomatoes", help="Built-in dataset name."),
+    features: str = typer.Option("tfidf", "--features", help="'tfidf' or 'glove' (mean GloVe vectors)."),
+    max_features: int = typer.Option(2000, "--max-features", help="TF-IDF vocabulary size."),
+    n_records: Optional[int] = typer.Option(2000, "--n-records", help="Train on the first N records (all: 0)."),
+    sigma: float = typer.Option(1e-5, "--sigma", help="Output-perturbation noise σ on the weights."),
+    lam: float = typer.Option(1e-2, "--lam", help="L2 regularisation λ (objective: mean loss + λ/2 ‖θ‖²)."),
+    trials: int = typer.Option(200, "--trials", help="Noise draws for the attack (0: FIL only)."),
+    targets: int = typer.Option(100, "--targets", help="Records attacked."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for records.csv, summary.json, attack_vs_bound.png."),
+    overwrite: bool = opt_overwrite(),
+    seed: Optional[int] = opt_seed(),
+    quiet: bool = opt_quiet(),
+    as_json: bool = opt_json(),
+):
+    """Output-perturbed logistic regression on text features: per-record FIL bound, RDP bound,
+    and the informed attack's empirical MSE (Guo et al. 2022, Fig. 3)."""
+    import numpy as np
+    import pandas as pd
+
+    from textdp.bounds import OutputPerturbation, attack_experiment, fil_mse_bound, text_features
+    from textdp.bounds.plot import plot_attack_vs_bound
+    from textdp.data.io import write_table
+    from textdp.noise import make_rng, seed_mode
+
+    out = _out_dir(output, overwrite)
+    tf = text_features(dataset, kind=features, max_features=max_features, n_records=n_records or None)
+    n = tf.X.shape[0]
+    mech = OutputPerturbation(sigma=sigma, lam=lam, n=n, feature_norm_bound=tf.norm_bound)
+    rng = make_rng(seed)
+    summary = {"dataset": dataset, **tf.info, "sigma": sigma, "lam": lam, "guarantee": mech.guarantee.describe(),
+               "rdp_epsilon2": mech.epsilon2, "seed": seed_mode(seed)}
+    if trials > 0:
+        with progress(quiet) as pb:
+            task = pb.add_task("attack draws", total=trials)
+            res = attack_experiment(tf.X, tf.y, lam, sigma, trials=trials, n_targets=targets, rng=rng,
+                                    feature_norm_bound=tf.norm_bound, diam=tf.diam,
+                                    progress=lambda k, t: pb.update(task, completed=k))
+        summary.update(res.summary())
+        rows = pd.DataFrame({"record": res.targets, "dfil_eta2": res.dfil_trace, "fil_bound": res.fil_bound,
+                             "attack_mse": res.mse, "valid_draws": res.valid_draws, "below_bound": res.below_fil})
+    else:
+        fit = mech.fit(tf.X, tf.y)
+        eta2 = mech.per_sample_fil(tf.X, tf.y, fit=fit)
+        from textdp.bounds import rdp_mse_lower_bound
+
+        summary.update({"median_fil_bound": float(np.median(fil_mse_bound(eta2))),
+                        "min_fil_bound": float(np.min(fil_mse_bound(eta2))),
+                        "rdp_mse_bound": rdp_mse_lower_bound(mech.epsilon2, tf.diam)})
+        rows = pd.DataFrame({"record": np.arange(n), "dfil_eta2": eta2, "fil_bound": fil_mse_bound(eta2)})
+    if out is not None:
+        write_table(rows, out / "records.csv")
+        _write_json(summary, out / "summary.json")
+        if trials > 0:
+            plot_attack_vs_bound(res, out / "attack_vs_bound.png",
+                                 title=f"{dataset} {features}: σ={sigma:g}, λ={lam:g}, {trials} draws")
+        summary["output"] = str(out)
+    if as_json:
+        print_json(summary)
+        return
+    t = Table(title=f"Output-perturbed logistic regression on {dataset} ({features}, n = {n}, d = {tf.info['d']})")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    for k in ("rdp_epsilon2", "rdp_mse_bound", "median_fil_bound", "median_attack_mse", "share_below_fil_bound",
+              "n_below_fil_bound", "max_reconstruction_error_at_zero_noise"):
+        if k in summary and summary[k] is not None:
+            v = summary[k]
+            t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+    out_console.print(t)
+    out_console.print("Per-record FIL values depend on the data: keep records.csv private.")
+    if out is not None and not quiet:
+        err_console.print(f"wrote {out}/records.csv, summary.json" + (", attack_vs_bound.png" if trials > 0 else ""))
+
+
+@bounds_app.command("dpsgd")
+@handle_errors
+def dpsgd_cmd(
+    dataset: str = typer.Argument("rotten-tomatoes", help="Built-in dataset name."),
+    features: str = typer.Option("tfidf", "--features", help="'tfidf' or 'glove'."),
+    max_features: int = typer.Option(1000, "--max-features", help="TF-IDF vocabulary size."),
+    n_records: Optional[int] = typer.Option(2000, "--n-records", help="Train on the first N records (all: 0)."),
+    model: str = typer.Option("logreg", "--model", help="'logreg' or 'mlp'."),
+    hidden: int = typer.Option(32, "--hidden", help="MLP hidden width."),
+    epochs: int = typer.Option(3, "--epochs"),
+    batch_size: int = typer.Option(64, "--batch-size"),
+    lr: float = typer.Option(0.5, "--lr"),
+    clip: float = typer.Option(1.0, "--clip", help="Soft-clip norm C."),
+    noise_multiplier: float = typer.Option(1.0, "--noise-multiplier", "--sigma", help="Noise std / C."),
+    delta: float = typer.Option(1e-5, "--delta"),
+    probes: int = typer.Option(1, "--probes", help="Distinct Hutchinson probes per example per step."),
+    subsampling: str = typer.Option("convexity", "--subsampling", help="'convexity' (rigorous) or 'wmax' (official code)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="CSV of the per-epoch table."),
+    overwrite: bool = opt_overwrite(),
+    seed: Optional[int] = opt_seed(),
+    quiet: bool = opt_quiet(),
+    as_json: bool = opt_json(),
+):
+    """Train a small DP-SGD text classifier with per-example FIL accounting next to its RDP ε."""
+    import torch
+
+    from textdp.bounds import text_features
+    from textdp.bounds.dpsgd import train_dpsgd_fil
+    from textdp.data.io import check_output_path, write_table
+
+    if output is not None:
+        check_output_path(output, overwrite=overwrite)
+    tf = text_features(dataset, kind=features, max_features=max_features, n_records=n_records or None)
+    X = tf.X[:, 1:]  # no bias column: the torch model has its own
+    d = X.shape[1]
+    torch.manual_seed(0)  # initialisation only; privacy noise comes from textdp.noise
+    if model == "logreg":
+        net = torch.nn.Linear(d, 2)
+    elif model == "mlp":
+        net = torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 2))
+    else:
+        raise ParameterError(f"--model must be 'logreg' or 'mlp', got {model!r}")
+    with progress(quiet) as pb:
+        task = pb.add_task("DP-SGD steps", total=None)
+        res = train_dpsgd_fil(net, X, tf.y.astype(int), epochs=epochs, batch_size=batch_size, lr=lr, clip_norm=clip,
+                              noise_multiplier=noise_multiplier, delta=delta, probes=probes, subsampling=subsampling,
+                              rng=seed, progress=lambda k, t: pb.update(task, completed=k, total=t))
+    tab = res.table()
+    if output is not None:
+        write_table(tab, output)
+    if as_json:
+        print_json({"config": res.config, "epochs": tab.to_dict(orient="records"), "seed": res.seed,
+                    "dataset": dataset, **tf.info})
+        return
+    t = Table(title=f"DP-SGD on {dataset} ({features}, n = {tf.info['n']}, d = {d}, {model}), "
+                    f"σ = {noise_multiplier:g}, C = {clip:g}, B = {batch_size}")
+    for c in ("epoch", "acc", "η median", "η max", "MSE ≥ (median)", "MSE ≥ (worst)", "ε₂ (RDP α=2)",
+              f"ε (δ={delta:g})", "ε Opacus add/rm"):
+        t.add_column(c, justify="right")
+    for r in tab.itertuples():
+        t.add_row(str(r.epoch), f"{r.accuracy:.3f}", f"{r.eta_median:.3g}", f"{r.eta_max:.3g}",
+                  f"{r.fil_bound_median:.3g}", f"{r.fil_bound_min:.3g}", f"{r.rdp_epsilon2:.3g}",
+                  f"{r.epsilon:.3g}", f"{r.epsilon_opacus_add_remove:.3g}")
+    _wide().print(t)
+    out_console.print("η: per-example Fisher information leakage (trace/dFIL, cumulative); MSE ≥: the unbiased "
+                      "per-coordinate reconstruction bound 1/η². ε: replace-one, per record, whole run. "
+                      "Per-example η values depend on the data: keep them private.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bounds_app, name="bounds")
