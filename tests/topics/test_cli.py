@@ -48,9 +48,12 @@ def test_train_show_evaluate_export(corpus_file, tmp_path):
 
 @pytest.mark.parametrize("privacy,extra", [("hdp", ["--epsilon", 50, "--max-doc-length", 30]),
                                            ("lp", ["--flip", 0.1]),
-                                           ("olp", ["--epsilon", 5, "--batch-size", 40])])
+                                           ("olp", ["--epsilon", 5, "--batch-size", 40]),
+                                           ("olp", ["--flip", 0.3, "--batch-size", 30, "--lambda", 0.2])])
 def test_private_variants(corpus_file, tmp_path, privacy, extra):
     out = tmp_path / privacy
+    if "--lambda" in extra:
+        extra = [*extra, "--prior-corpus", corpus_file]
     r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 5, "--min-count", 1, "--seed", 0,
              "--privacy", privacy, *extra, "-o", out, "--no-ledger", "--json", "-q")
     assert r.exit_code == 0, r.output

@@ -94,6 +94,8 @@ def train_command(
     lam: float = typer.Option(0.5, "--lambda", help="olp: correlation factor λ in [0,1] of the β^l recursion."),
     prior_variance: Optional[float] = typer.Option(None, "--prior-variance", help="olp: σ² of the Bayesian "
                                                    "denoising prior (default: the variance of the earlier batches' estimate)."),
+    prior_corpus: Optional[str] = typer.Option(None, "--prior-corpus", help="olp: a PUBLIC corpus (built-in dataset "
+                                               "name or file) whose document frequencies are the first batch's prior."),
     threshold: float = typer.Option(1.0, "--threshold", help="lp/olp: drop words whose estimated document "
                                     "frequency is within this many standard deviations of 0."),
     sweeps_per_release: int = typer.Option(1, "--sweeps-per-release", help="hdp: Gibbs sweeps between noisy releases."),
@@ -148,6 +150,10 @@ def train_command(
         if not force:
             led.check(trainer.guarantee)
     corpus = Corpus.from_texts(train_texts, min_count=min_count, max_vocab=max_vocab)
+    if prior_corpus is not None:
+        if privacy != "olp":
+            raise ParameterError("--prior-corpus is for --privacy olp")
+        trainer.prior_corpus = corpus.transform_texts(_load_texts(prior_corpus, "all", text_column, None)[0])
     if not quiet:
         err_console.print(f"corpus: {corpus.n_docs} documents, {corpus.n_tokens} tokens, {corpus.n_words} words "
                           f"({corpus.skipped_docs} empty documents skipped)", highlight=False)
