@@ -118,3 +118,13 @@ def test_zoo_bad_parameters():
     with pytest.raises(ParameterError):
         make_zoo_mechanism("laplace", 1, 3)(np.zeros((4, 2)), make_rng(0))
     assert math.isclose(make_zoo_mechanism("audit.laplace", 2, 4).scale, 2.0)
+
+
+def test_literal_inverse_cdf_formula_has_the_law_of_numpy_laplace():
+    # the official code's L = −sgn(U−½)·ln(1−2|U−½|) and numpy's Generator.laplace: same law
+    from textdp.mechanisms.zoo import _inverse_cdf_laplace
+
+    a = _inverse_cdf_laplace((N,), make_rng(1))
+    b = make_rng(2).laplace(0.0, 1.0, N)
+    assert stats.ks_2samp(a, b).pvalue > ALPHA
+    assert stats.kstest(a, stats.laplace().cdf).pvalue > ALPHA

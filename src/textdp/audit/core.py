@@ -61,6 +61,7 @@ __all__ = [
     "audit_mechanism",
     "audit_dims",
     "resolve_mechanism",
+    "load_user_mechanism",
     "format_epsilon",
     "STATISTICS",
     "SAMPLERS",
@@ -164,8 +165,7 @@ def resolve_mechanism(mechanism: Any, epsilon: float, n: int) -> Mechanism:
             m = make_zoo_mechanism(key, epsilon, n)
             return Mechanism(m.name, m, zoo=m, guarantee=m.guarantee.to_dict(), broken=m.broken)
         if ":" in mechanism:
-            fn = _import_callable(mechanism)
-            return _from_callable(fn, mechanism)
+            return load_user_mechanism(mechanism)
         from textdp.mechanisms.registry import registry
 
         reg = registry()
@@ -185,10 +185,29 @@ def resolve_mechanism(mechanism: Any, epsilon: float, n: int) -> Mechanism:
     raise ParameterError(f"mechanism must be a name or a callable (records, rng) -> records, got {type(mechanism).__name__}")
 
 
+def load_user_mechanism(spec: str) -> Mechanism:
+    """Import ``package.module:function`` or ``path/file.py:function`` once, as a :class:`Mechanism`
+    named ``spec``. Raises :class:`ParameterError` with the reason when it cannot be imported."""
+    return _from_callable(_import_callable(spec), spec)
+
+
 def _from_callable(fn: Callable, name: str) -> Mechanism:
     g = getattr(fn, "guarantee", None)
     gd = g.to_dict() if hasattr(g, "to_dict") else None
     return Mechanism(name, fn, guarantee=gd, broken=getattr(fn, "broken", None))
+
+
+def _claimed_epsilon(obj: Any, n: int) -> float:
+    """The claimed ε per record of an object: ``obj.claimed_epsilon(n)`` (adapters), else
+    ``obj.guarantee.epsilon`` (pure/local DP); ParameterError when it states none."""
+    if isinstance(obj, Mechanism):
+        obj = obj.zoo if obj.zoo is not None else obj.call
+    if hasattr(obj, "claimed_epsilon"):
+        return float(obj.claimed_epsilon(n))
+    eps = getattr(getattr(obj, "guarantee", None), "epsilon", None)
+    if eps is None:
+        raise ParameterError("give the claimed epsilon (the mechanism does not state one)")
+    return float(eps)
 
 
 def _check_output(y: Any, size: int, n: int, name: str) -> np.ndarray:
@@ -371,7 +390,9 @@ def audit_mechanism(
 
     mechanism: see :func:`resolve_mechanism` (a zoo name, ``"pkg.mod:func"``, or a callable
       ``f(x, rng) -> y`` on ``(N, n)`` float64 arrays).
-    epsilon: the claimed ε per record (replace-one); None takes it from ``mechanism.guarantee``.
+    epsilon: the claimed ε per record (replace-one); None takes it from
+      ``mechanism.claimed_epsilon(n)`` (e.g. :class:`textdp.audit.adapters.TokenPairAdapter`) or
+      ``mechanism.guarantee.epsilon``.
     n: record dimension (>= 1). samples: records per dataset ``N`` (>= 1).
     alpha: ``1 − alpha`` confidence of each attack's bound. seed: int for a reproducible run.
     strong: also run the data-driven threshold attack on ``statistic`` (``"bits"`` or
@@ -398,10 +419,11 @@ def audit_mechanism(
     if not (0 < float(selection_fraction) <= 10):
         raise ParameterError(f"selection_fraction must be in (0, 10], got {selection_fraction!r}")
     if epsilon is None:
-        g = getattr(mechanism, "guarantee", None)
-        epsilon = getattr(g, "epsilon", None)
-        if epsilon is None:
-            raise ParameterError("give the claimed epsilon (the mechanism does not state one)")
+        if isinstance(mechanism, str):
+            if ":" not in mechanism:
+                raise ParameterError("give the claimed epsilon for a built-in mechanism")
+            mechanism = _import_callable(mechanism)
+        epsilon = _claimed_epsilon(mechanism, n)
     try:
         epsilon = float(epsilon)
     except (TypeError, ValueError):

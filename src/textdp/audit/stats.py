@@ -215,6 +215,9 @@ class SelectedEvent:
         return asdict(self)
 
 
+SELECTION_SCORE = "selection"  # or "predicted"
+
+
 def selected_event_bound(sel_D, sel_D2, eval_D, eval_D2, alpha: float = 0.05) -> SelectedEvent:
     """DP-Sniper-style bound (Bichsel et al., IEEE S&P 2021, in spirit): choose a threshold event
     on an ordered statistic using a *selection* sample, then bound its privacy loss on an
@@ -223,10 +226,12 @@ def selected_event_bound(sel_D, sel_D2, eval_D, eval_D2, alpha: float = 0.05) ->
     sel_D, sel_D2, eval_D, eval_D2: 1-D integer histograms over the same ordered bins of a
     scalar statistic (e.g. the number of coordinates >= 0.5), from independent runs.
     Candidates: all events ``{s <= t}`` and ``{s >= t}`` in both directions. The score of a
-    candidate is the lower bound it *would* get on the evaluation sample if its frequencies
-    were those of the selection sample; the best is then evaluated on ``eval_*`` with
-    Clopper–Pearson at ``alpha/2`` per count (valid because the choice is independent of
-    the evaluation sample).
+    candidate is its own Clopper–Pearson lower bound on the selection sample (so rare events
+    whose selection counts are noise are not picked; ``SELECTION_SCORE = "predicted"`` scores
+    the bound the selection frequencies would get at the evaluation size instead, which
+    overfits on weak signals); the best is then evaluated on ``eval_*`` with Clopper–Pearson
+    at ``alpha/2`` per count (valid because the choice is independent of the evaluation
+    sample).
     """
     a = check_alpha(alpha)
     s1 = _counts(sel_D, "sel_D"); s2 = _counts(sel_D2, "sel_D2")
@@ -241,9 +246,14 @@ def selected_event_bound(sel_D, sel_D2, eval_D, eval_D2, alpha: float = 0.05) ->
     a2 = a / 2.0
 
     def score(k_num, n_num_s, n_num_e, k_den, n_den_s, n_den_e):
-        pk_num = k_num * (n_num_e / n_num_s)
-        pk_den = k_den * (n_den_e / n_den_s)
-        return _log(clopper_pearson_lower(pk_num, n_num_e, a2)) - _log(clopper_pearson_upper(pk_den, n_den_e, a2))
+        if SELECTION_SCORE == "predicted":
+            # the bound the event would get at the evaluation size if its frequencies were these
+            pk_num = k_num * (n_num_e / n_num_s)
+            pk_den = k_den * (n_den_e / n_den_s)
+            return _log(clopper_pearson_lower(pk_num, n_num_e, a2)) - _log(clopper_pearson_upper(pk_den, n_den_e, a2))
+        # the bound the event gets on the selection sample itself: penalises events whose
+        # counts are too small to be trusted, so noise in rare events is not selected
+        return _log(clopper_pearson_lower(k_num, n_num_s, a2)) - _log(clopper_pearson_upper(k_den, n_den_s, a2))
 
     cands = [
         ("s <= t", "D>D'", score(le1, ns1, ne1, le2, ns2, ne2)),

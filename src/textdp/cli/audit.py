@@ -187,18 +187,21 @@ def register(app: typer.Typer) -> None:
                                     seed=seed, sampler=sampler, statistic=statistic, strong=not no_strong,
                                     workers=workers, progress=lambda k: bar.advance(task, k))
         else:
-            if epsilon is None:
+            if epsilon is None and ":" not in mechanism:
                 raise ParameterError("give the claimed --epsilon for --mechanism")
-            epss = _floats(epsilon, "--epsilon")
+            # no --epsilon for your own mechanism: its claimed_epsilon(n) or guarantee.epsilon is used
+            epss = _floats(epsilon, "--epsilon") if epsilon is not None else [None]
             dd = _ints(dims or "1,8,128", "--dims")
             N = N or 10**6
             from textdp.audit.core import _cell_seeds
 
             seeds = _cell_seeds(seed, len(epss) * len(dd))
+            if ":" in mechanism:  # import the user's mechanism once, not per cell
+                mechanism = A.core.load_user_mechanism(mechanism)
             cells = []
             per = N + (0 if no_strong else math.ceil(0.1 * N))
             with progress(quiet) as bar:
-                task = bar.add_task(f"audit {mechanism}", total=2 * per * sum(dd) * len(epss))
+                task = bar.add_task(f"audit {getattr(mechanism, 'name', mechanism)}", total=2 * per * sum(dd) * len(epss))
                 i = 0
                 for e in epss:
                     for d in dd:
