@@ -29,6 +29,7 @@ from scipy.stats import norm
 from textdp.audit.core import AuditResult, _cell_seeds, audit_mechanism, format_epsilon
 from textdp.audit.oracle import majority_vote_probabilities, majority_vote_se
 from textdp.errors import InputError, ParameterError
+from textdp.noise import random_source
 from textdp.mechanisms.zoo import HABERNAL2022_MECHANISMS, OFFICIAL_NAMES, make_zoo_mechanism
 
 __all__ = ["GridSpec", "GRIDS", "GridResult", "run_grid", "load_published", "write_grid_outputs", "plot_grid"]
@@ -179,7 +180,7 @@ def run_grid(
                 i += 1
     published = load_published() if compare_published and spec.name == "habernal2022" else {}
     settings = {"grid": spec.name, "samples": N, "alpha": alpha, "sampler": sampler, "statistic": statistic,
-                "strong": strong, "seed": cells[0].seed if cells else None}
+                "strong": strong, "seed": random_source(seed).describe()}
     return GridResult(spec.name, cells, published, time.perf_counter() - t0, settings)
 
 

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from textdp.cli._common import err_console, handle_errors, opt_json, opt_overwrite, opt_quiet, opt_seed, out_console, print_json, progress
 from textdp.errors import ParameterError
+from textdp.noise import random_source
 
 
 def _floats(text: str, name: str) -> list[float]:
@@ -211,7 +212,8 @@ def register(app: typer.Typer) -> None:
                         i += 1
             result = GridResult("audit", cells, {}, sum(c.wall_s for c in cells),
                                 {"grid": None, "samples": N, "alpha": alpha, "sampler": sampler,
-                                 "statistic": statistic, "strong": not no_strong, "seed": cells[0].seed})
+                                 "statistic": statistic, "strong": not no_strong,
+                                 "seed": random_source(seed).describe()})
 
         paths = write_grid_outputs(result, output, overwrite=overwrite, stem=stem) if output is not None else []
         if json_out:
