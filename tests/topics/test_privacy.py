@@ -12,7 +12,11 @@ import pytest
 from scipy import stats
 
 from textdp.noise import make_rng
-from textdp.topics import (
+# Registry names whose distribution tests live here (tests/test_registry_coverage.py): the released noise of
+# HDP-LDA (both calibrations share noisy_view) and the randomized response of LP-/OLP-LDA (shared rr_encode).
+DISTRIBUTION_TESTED = ("topics.hdp-lda", "topics.hdp-lda-paper", "topics.lp-lda", "topics.olp-lda")
+
+from textdp.topics import (  # noqa: E402
     HDPLDA,
     LPLDA,
     OLPLDA,

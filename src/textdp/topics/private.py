@@ -198,6 +198,28 @@ class HDPLDA:
         V = view.shape[0]
         return (view + self.beta) / (view.sum(axis=0) + V * self.beta)
 
+    def release(self, corpus: Corpus, rng: np.random.Generator, callback: Callback | None = None,
+                scale: float | None = None) -> tuple[np.ndarray, list]:
+        """Run the mechanism on an already truncated ``corpus`` with generator ``rng``; returns the last
+        released noisy view (V, K) float64 and the log-likelihood trace (curator-only). Used by :meth:`fit`
+        and by the audits (many runs from one generator)."""
+        if scale is None:
+            scale = self.accounting()["scale"]
+        state = GibbsState(corpus, self.n_topics, self.alpha, self.beta, rng)
+        V, K = state.V, state.K
+        phi_wk = np.ascontiguousarray(rng.dirichlet(np.ones(V), size=K).T)  # data-independent random start
+        box = {"phi": phi_wk, "sweep": 0, "view": None}
+
+        def step():
+            state.sweep_with_view(box["phi"])
+            box["sweep"] += 1
+            if box["sweep"] % self.sweeps_per_release == 0 or box["sweep"] == self.iterations:
+                box["view"] = self.noisy_view(state.nwk, scale, rng)
+                box["phi"] = np.ascontiguousarray(self._phi_from_view(box["view"]))
+
+        lls = run_sweeps(state, self.iterations, self.ll_every, callback, sweep=step)
+        return box["view"], lls
+
     def fit(self, corpus: Corpus, callback: Callback | None = None):
         from textdp.topics.model import TopicModel
 
@@ -210,26 +232,14 @@ class HDPLDA:
         src = random_source(self.seed)
         rng = src.generator()
         t0 = time.perf_counter()
-        state = GibbsState(corpus, self.n_topics, self.alpha, self.beta, rng)
-        V, K = state.V, state.K
-        phi_wk = np.ascontiguousarray(rng.dirichlet(np.ones(V), size=K).T)  # data-independent random start
-        box = {"phi": phi_wk, "sweep": 0, "view": None}
-
-        def step():
-            state.sweep_with_view(box["phi"])
-            box["sweep"] += 1
-            if box["sweep"] % self.sweeps_per_release == 0 or box["sweep"] == self.iterations:
-                box["view"] = self.noisy_view(state.nwk, acc["scale"], rng)
-                box["phi"] = np.ascontiguousarray(self._phi_from_view(box["view"]))
-
-        lls = run_sweeps(state, self.iterations, self.ll_every, callback, sweep=step)
+        view, lls = self.release(corpus, rng, callback, acc["scale"])
         secs = time.perf_counter() - t0
-        phi = self._phi_from_view(box["view"]).T.copy()
+        phi = self._phi_from_view(view).T.copy()
         return TopicModel(topic_word=phi, vocabulary=list(corpus.vocabulary), alpha=self.alpha, beta=self.beta,
                           method="hdp-lda" if self.unit == "document" else "hdp-lda-paper", params=self.params(),
                           guarantee=self.guarantee, accounting=acc,
                           info={"n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens, "seconds": secs,
-                                "preprocessing": corpus.preprocessing, "log_likelihood_private": len(lls) > 0},
+                                "preprocessing": corpus.preprocessing},
                           seed=src.describe())
 
 
