@@ -1,0 +1,144 @@
+"""Trust benchmarks: (1) floating-point-safe samplers vs numpy's float samplers,
+(2) streaming `textdp sanitize` over a large generated file: peak memory.
+
+    python benchmarks/bench_trust.py                  # samplers + 5 GB streaming run (hours on 2 cores)
+    python benchmarks/bench_trust.py --size 20MB      # smaller streaming run
+    python benchmarks/bench_trust.py --quick          # samplers (fewer draws) + a 5 MB streaming run
+    python benchmarks/bench_trust.py --skip-stream    # samplers only
+
+Both generators draw from the same ChaCha20 CSPRNG (textdp.noise.make_rng), so
+the ratio isolates the cost of the exact constructions. The streaming run
+writes a text file of the requested size (Rotten Tomatoes sentences repeated,
+one document per line) into a temporary folder, runs `textdp sanitize` on it as
+a child process and reports its peak resident memory (ru_maxrss); the claim to
+check is peak RSS < 2 GB whatever the file size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from textdp.noise import make_rng
+from textdp.noise import samplers as S
+
+
+def _rate(fn, n, repeat=3):
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return n / best
+
+
+def _naive_categorical(lw, counts, rng):
+    out = []
+    for b in range(lw.shape[0]):
+        w = np.exp(lw[b] - lw[b].max())
+        cdf = np.cumsum(w)
+        out.append(np.searchsorted(cdf, rng.random(int(counts[b])) * cdf[-1], side="right"))
+    return out
+
+
+def bench_samplers(n: int) -> None:
+    rng = make_rng(0)
+    print(f"== samplers: {n:,} draws each, best of 3, same ChaCha20 generator; {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs (shared machine)")
+    print(f"{'sampler':52s} {'secure draws/s':>15s} {'numpy draws/s':>14s} {'secure/numpy':>13s}")
+    rows = [
+        ("laplace(scale=1) vs rng.laplace", lambda: S.laplace(1.0, n, rng), lambda: rng.laplace(0, 1.0, n), n),
+        ("gaussian(sigma=1) vs rng.normal", lambda: S.gaussian(1.0, n, rng), lambda: rng.normal(0, 1.0, n), n),
+        ("bernoulli(0.3) vs rng.random() < 0.3", lambda: S.bernoulli(0.3, n, rng), lambda: rng.random(n) < 0.3, n),
+        ("randomized_response(f=0.4)", lambda: S.randomized_response(np.zeros(n, bool), 0.4, rng),
+         lambda: np.where(rng.random(n) < 0.4, rng.random(n) < 0.5, False), n),
+    ]
+    b, v = 200, 20_000
+    lw = -np.random.default_rng(0).random((b, v)) * 30  # test data, not noise
+    for per_row, tag in ((n // b, "heavy rows"), (5, "light rows")):
+        counts = np.full(b, per_row)
+        rows.append((f"categorical {b}x{v}, {per_row} draws/row ({tag})",
+                     lambda c=counts: S.categorical_from_log_weights(lw, c, rng),
+                     lambda c=counts: _naive_categorical(lw, c, rng), int(counts.sum())))
+    for name, sec, ref, k in rows:
+        rs, rn = _rate(sec, k), _rate(ref, k)
+        print(f"{name:52s} {rs:15,.0f} {rn:14,.0f} {rs / rn:13.2f}")
+
+
+def _parse_size(s: str) -> int:
+    m = re.fullmatch(r"\s*([\d.]+)\s*([KMG]?)B?\s*", s.upper())
+    if not m:
+        raise SystemExit(f"bad --size {s!r}; use e.g. 5GB, 200MB")
+    return int(float(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[m.group(2)])
+
+
+def _make_file(path: Path, size: int) -> int:
+    from textdp.data.datasets import load_dataset
+
+    lines = [t.replace("\n", " ") + "\n" for t in load_dataset("rotten-tomatoes").train["text"].tolist()]
+    block = "".join(lines).encode("utf-8")
+    written, docs = 0, 0
+    with open(path, "wb") as fh:
+        while written < size:
+            chunk = block[: size - written] if size - written < len(block) else block
+            cut = chunk.rfind(b"\n") + 1 or len(chunk)
+            fh.write(chunk[:cut])
+            written += cut
+            docs += chunk[:cut].count(b"\n")
+    return docs
+
+
+def bench_stream(size: int, chunk_size: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="textdp-bench-") as tmp:
+        src = Path(tmp) / "big.txt"
+        t = time.perf_counter()
+        docs = _make_file(src, size)
+        print(f"\n== streaming sanitize: generated {src.stat().st_size / 2**20:,.1f} MB, {docs:,} documents "
+              f"in {time.perf_counter() - t:.1f} s")
+        cmd = [sys.executable, "-m", "textdp.cli.main", "sanitize", str(src), "--epsilon", "3", "--mechanism",
+               "santext", "-o", str(Path(tmp) / "big.santext.txt"), "--chunk-size", str(chunk_size), "--seed", "1",
+               "--no-ledger", "-q", "--json"]
+        print("command:", " ".join(cmd[2:]))
+        t = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        if r.returncode != 0:
+            print(r.stderr[-2000:])
+            raise SystemExit(f"sanitize failed with exit code {r.returncode}")
+        out = Path(tmp) / "big.santext.txt"
+        print(f"input {src.stat().st_size / 2**20:,.1f} MB -> output {out.stat().st_size / 2**20:,.1f} MB in {wall:.1f} s")
+        import json
+
+        s = json.loads(r.stdout)
+        print(f"tokens {s['tokens']:,}, {s['tokens_per_second']:,} tokens/s while sanitizing")
+        verdict = "PASS" if peak_mb < 2048 else "FAIL"
+        print(f"peak RSS of the sanitize process: {peak_mb:,.0f} MB (bound 2048 MB: {verdict}); "
+              f"ratio peak/input = {peak_mb / (src.stat().st_size / 2**20):.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="5GB", help="size of the generated streaming input (default 5GB)")
+    ap.add_argument("--quick", action="store_true", help="fewer sampler draws and a 5 MB streaming input "
+                    "(chunks of 5,000 documents, so it streams ~10 chunks)")
+    ap.add_argument("--skip-stream", action="store_true", help="only the sampler benchmark")
+    ap.add_argument("--chunk-size", type=int, default=50_000, help="documents per streamed chunk")
+    a = ap.parse_args()
+    bench_samplers(200_000 if a.quick else 1_000_000)
+    if not a.skip_stream:
+        bench_stream(_parse_size("5MB" if a.quick else a.size), min(a.chunk_size, 5_000) if a.quick else a.chunk_size)
+
+
+if __name__ == "__main__":
+    main()
