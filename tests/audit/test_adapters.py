@@ -56,3 +56,8 @@ def test_cli_audits_a_sanitizer_from_a_user_file(small_glove_file, tmp_path, mon
                                  "--seed", "1", "-q", "--fail-on-violation"])
     assert r.exit_code == 0, r.output
     assert "mysan.py:mech" in r.output and "VIOLATION" not in r.output
+
+
+def test_registry_sanitizer_name_explains_the_adapter():
+    with pytest.raises(ParameterError, match="TokenPairAdapter"):
+        audit_mechanism("santext", 1.0, 2, 10)

@@ -173,9 +173,13 @@ def resolve_mechanism(mechanism: Any, epsilon: float, n: int) -> Mechanism:
             info = reg[mechanism]
             adapter = getattr(info.factory, "audit_adapter", None)
             if adapter is None:
+                hint = ("wrap a fitted sanitizer in textdp.audit.adapters.TokenPairAdapter(mech, word_a, word_b) "
+                        "in a file and pass --mechanism file.py:name (docs/audit.md)"
+                        if info.capability == "sanitize" else
+                        "audit its outputs with textdp.audit.empirical_epsilon_lower_bound")
                 raise ParameterError(
-                    f"mechanism {mechanism!r} ({info.capability}) has no audit adapter for [0,1]^n records; "
-                    f"audit it with textdp.audit.empirical_epsilon_lower_bound on its own outputs"
+                    f"mechanism {mechanism!r} ({info.capability}) needs setup before it can take [0,1]^n records: "
+                    f"{hint}"
                 )
             return Mechanism(mechanism, adapter(epsilon=epsilon, n=n), broken=info.broken)
         known = ", ".join(list(ZOO))

@@ -77,7 +77,7 @@ def _print_cells(cells, alpha: float) -> None:
         strong = "–" if not c.strong else (
             f"[bold red]{c.strong.epsilon_lower:.4f}[/]" if c.strong_violation else f"{c.strong.epsilon_lower:.4f}")
         verdict = "[bold red]VIOLATION[/]" if c.any_violation else "[green]ok[/]"
-        t.add_row(c.mechanism, f"{c.epsilon:g}", str(c.n), fmt(c.epsilon_hat, c.ceiling), lo,
+        t.add_row(c.mechanism, f"{c.epsilon:.4g}", str(c.n), fmt(c.epsilon_hat, c.ceiling), lo,
                   fmt(c.epsilon_upper, c.ceiling), ("∞" if math.isinf(c.oracle) else f"{c.oracle:.4f}") if c.oracle is not None else "–",
                   strong, verdict)
     _wide().print(t)
