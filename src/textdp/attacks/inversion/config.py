@@ -141,7 +141,7 @@ def preset_config(name: str, *, long_texts: bool = False) -> InversionConfig:
         return replace(c, template_style="phrase_adj", n_templates=220, adjective_source="label_pmi")
     # tiny
     return replace(base, max_public=400, max_private=120, max_len=48, target_model="tiny", target_layers=None,
-                   target_epochs=4, target_lr=2e-3, target_batch=16,
+                   target_epochs=10, target_lr=2e-3, target_batch=16,
                    gen_d_model=32, gen_layers=1, gen_heads=2, gen_epochs=2, gen_lr=5e-3, gen_block=40,
                    gen_max_vocab=3000, gen_min_count=1,
                    template_n_min=2, template_n_max=3, template_min_freq=3, n_templates=4,

@@ -1,0 +1,84 @@
+"""Benchmark of `textdp attack invert`: Text Revealer (TR) vs VTG vs VMI on Rotten Tomatoes.
+
+    python benchmarks/bench_attacks.py            # CPU preset, 3 seeds, 50 templates (100 texts/method/seed)
+    python benchmarks/bench_attacks.py --quick    # same models, 25 templates (50 texts/method/seed)
+    python benchmarks/bench_attacks.py --defence dpsgd
+
+Prints what is compared, on what data, the one-off training times (models are
+cached under $TEXTDP_CACHE afterwards), the attack time per method, the metrics
+(mean ± std over seeds) and the TR/VTG and TR/VMI ratios, all from the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="25 templates instead of 50")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--defence", default="none", choices=["none", "dpsgd", "santext"])
+    ap.add_argument("--dataset", default="rotten-tomatoes")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from textdp.attacks.inversion import preset_config, run_inversion, summary_markdown
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    cfg = preset_config("cpu")
+    if a.quick:
+        cfg = cfg.with_overrides(n_templates=25)
+    from textdp.cli._common import progress
+
+    t0 = time.perf_counter()
+    with progress() as bar:
+        def prog(desc, total):
+            task = bar.add_task(desc, total=total)
+            return lambda n=1: bar.advance(task, n)
+
+        rep = run_inversion(a.dataset, preset=cfg, seeds=list(range(a.seeds)), defence=a.defence, progress=prog,
+                            log=lambda s: bar.console.print("  " + s, highlight=False))
+    wall = time.perf_counter() - t0
+    c = rep.card
+    print(f"textdp attack invert benchmark: TR vs VTG vs VMI, preset cpu{' --quick' if a.quick else ''}, "
+          f"{a.seeds} seeds, defence {a.defence}")
+    print(f"data: {c['dataset']} train split -> {c['sizes']['public']} public / {c['sizes']['private']} private "
+          f"texts; non-member control {c['sizes']['nonmember']} held-out texts; labels {c['labels']}")
+    print(f"templates: {len(c['templates'])} ({cfg.template_n_min}-{cfg.template_n_max}-grams, freq > "
+          f"{cfg.template_min_freq}); generated length {c['gen_length']} WordPieces (mean private length "
+          f"{c['avg_private_len_wordpieces']}); torch threads {torch.get_num_threads()}")
+    for d, t in c["targets"].items():
+        extra = f", epsilon {t['epsilon_spent']:.2f}" if d == "dpsgd" else ""
+        print(f"target[{d}] {t['model']} layers={t.get('layers')}: train acc {t['train_acc']:.3f}, held-out acc "
+              f"{t['heldout_acc']:.3f}, public acc {t['public_acc']:.3f}{extra}; training "
+              f"{'cached' if t['cached'] else str(t['train_seconds']) + ' s'}")
+    g = c["generator"]
+    print(f"generator: {g['parameters']:,} params, vocab {g['vocab_size']}, final loss {g['final_train_loss']:.2f}; "
+          f"training {'cached' if g['cached'] else str(g['train_seconds']) + ' s'}; fluency scorer: "
+          f"{'cached' if c['fluency_scorer']['cached'] else str(c['fluency_scorer']['train_seconds']) + ' s'}")
+    e = c["evaluator"]
+    print(f"evaluator (TF-IDF + LR): private acc {e['private_acc']:.3f}, held-out acc {e['heldout_acc']:.3f}")
+    k = c["kendall_public_vs_private"]
+    print("Kendall top-k public vs private: " + ", ".join(f"{n} distance {v['distance']:.3f}" for n, v in k.items()))
+    print("attack seconds per seed (mean): " + ", ".join(f"{m.upper()} {s:.1f}" for m, s in c["attack_seconds"].items()))
+    print()
+    print(summary_markdown(rep.summary))
+    s = rep.summary[rep.summary["defence"] == "none"].set_index("method")
+    for other in ("vtg", "vmi"):
+        if "tr" in s.index and other in s.index:
+            print(f"ratio TR/{other.upper()}: RR vocab {s.loc['tr', 'rr_vocab'] / s.loc[other, 'rr_vocab']:.3f}, "
+                  f"RR private-only {s.loc['tr', 'rr_private_only'] / max(s.loc[other, 'rr_private_only'], 1e-12):.3f}, "
+                  f"Acc {s.loc['tr', 'att_acc'] / max(s.loc[other, 'att_acc'], 1e-12):.3f}, attack time "
+                  f"{c['attack_seconds']['tr'] / max(c['attack_seconds'][other], 1e-9):.1f}x")
+    print(f"total wall time {wall:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
