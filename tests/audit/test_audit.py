@@ -126,3 +126,36 @@ def test_result_to_dict_is_json_ready():
     r = audit_mechanism("copy", 1.0, 2, 1000, seed=1)
     d = json.loads(json.dumps(r.to_dict()))
     assert d["violation"] is True and d["epsilon_hat"] == math.inf and d["guarantee"]["kind"] == "none"
+
+
+def test_memory_is_bounded_by_the_chunk_not_by_n_times_N():
+    import tracemalloc
+
+    n, N = 64, 100_000  # one dataset as a single array would be 51 MB (x) + 51 MB (y)
+    tracemalloc.start()
+    try:
+        audit_mechanism("laplace", 1.0, n, N, seed=1, strong=False, workers=2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20
+
+
+@pytest.mark.slow
+def test_full_grid_at_ten_million_reproduces_the_published_table():
+    g = run_grid(samples=10**7, seed=2022, sampler="sufficient-statistic")
+    rows = g.rows()
+    assert len(rows) == 252
+    assert all(r["published_consistent"] for r in rows)
+    assert sum(r["epsilon_lower"] <= r["oracle"] <= r["epsilon_upper"] for r in rows) >= 245
+    flagged = g.flagged()
+    assert flagged["dptext"] == flagged["copy"] == (42, 42) and flagged["adept"] == (35, 42)
+    assert flagged["laplace"][0] == flagged["random"][0] == flagged["wrong-sensitivity"][0] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["laplace", "adept", "wrong-sensitivity", "random"])
+def test_full_noise_path_agrees_with_oracle_at_one_million(name):
+    for eps, n in [(0.5, 2), (2.0, 8), (1.0, 32)]:
+        r = audit_mechanism(name, eps, n, 10**6, seed=11, strong=False)
+        assert r.epsilon_lower <= r.oracle <= r.epsilon_upper
