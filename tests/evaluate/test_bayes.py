@@ -96,7 +96,7 @@ def test_success_grows_with_epsilon(rng):
 
 
 def test_fbdd_channel_is_flagged_approximate():
-    ch = NoisyNearestChannel(WORDS, VEC, WORDS, VEC, epsilon=3.0)
+    ch = NoisyNearestChannel(WORDS, VEC, WORDS, VEC, epsilon=3.0, calibration=(np.arange(8), np.arange(8)))
     assert ch.exact is False
     res = BayesInversion(ch, k=1).attack(["good", "bad"], ["great", "awful"])
     assert res.exact is False and res.n_tokens == 2

@@ -1,0 +1,330 @@
+"""Privacy-utility sweeps: sanitize → train → attack for every (mechanism, ε) cell.
+
+:func:`run_sweep` runs one clean baseline cell and one cell per mechanism and ε:
+
+1. sanitize the train and test splits with the mechanism, fitted on the texts being
+   sanitized (train + test; no other text decides its vocabulary);
+2. downstream utility (:mod:`textdp.evaluate.utility`): train on sanitized train
+   text, score on sanitized test text (the paper's protocol) and on clean test text;
+3. privacy on the sanitized test split: the Bayes-optimal mechanism-aware inversion
+   (top-1 / top-5; the headline number), the mask-token inference attack
+   (success, defence rate) and N_w / S_w;
+4. a privacy card (mechanism, parameters, guarantee, seed mode, statistics).
+
+Every finished cell is cached under ``OUTPUT/cache/<config-hash>/`` (its sanitized
+texts as Parquet, its result row as JSON, written atomically), so an interrupted
+sweep resumes where it stopped, and changing a setting that affects the results
+starts a separate cache. The report (:mod:`textdp.evaluate.report`) is written at
+the end: ``results.csv``, ``results.json``, PNG plots and ``report.html``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from textdp.errors import InputError, OutputError, ParameterError
+
+__all__ = ["SweepConfig", "SweepResult", "run_sweep", "load_task", "CLEAN"]
+
+CLEAN = "none"  # mechanism name of the clean-text baseline row
+_CACHE_VERSION = 1
+
+
+@dataclass
+class SweepConfig:
+    """Settings of a sweep (see :func:`run_sweep`).
+
+    ``epsilons`` are per token (SanText: per unit of Euclidean embedding distance).
+    ``max_docs`` caps each split (first rows; deterministic). ``attacks``: any of
+    ``bayes``, ``mask``. ``mlm``: a masked LM folder or hub name for the mask-token
+    attack; ``None`` trains (once, cached) a small MLM of preset ``mlm_preset`` on a
+    built-in corpus disjoint from ``dataset``. ``seed``: reproducible research run
+    (recorded as not for release); ``None`` = cryptographically secure noise.
+    """
+
+    dataset: str = "rotten-tomatoes"
+    mechanisms: Sequence[str] = ("santext", "santext+", "fbdd")
+    epsilons: Sequence[float] = (1.0, 2.0, 3.0)
+    model: str = "tfidf"
+    max_docs: int | None = None
+    embeddings: str = "glove-6b-50d"
+    w: float = 0.9
+    p: float = 0.3
+    attacks: Sequence[str] = ("bayes", "mask")
+    prior: str = "wordfreq"
+    mlm: str | None = None
+    mlm_preset: str = "small"
+    max_attack_tokens: int | None = 20000
+    max_mask_positions: int | None = 3000
+    deniability_words: int = 100
+    seed: int | None = None
+    model_options: dict = field(default_factory=dict)
+    text_column: str = "text"
+    label_column: str = "label"
+
+    def validate(self) -> "SweepConfig":
+        from textdp.sanitize import MECHANISMS
+
+        mechs = []
+        for m in self.mechanisms:
+            key = str(m).strip().lower().replace("plus", "+").replace("_", "")
+            if key not in MECHANISMS:
+                raise ParameterError(f"unknown mechanism {m!r}; use any of {', '.join(MECHANISMS)}")
+            mechs.append(key)
+        if not mechs:
+            raise ParameterError("no mechanism given; use e.g. --mechanisms santext,santext+,fbdd")
+        self.mechanisms = tuple(dict.fromkeys(mechs))
+        eps = []
+        for e in self.epsilons:
+            try:
+                v = float(e)
+            except (TypeError, ValueError):
+                raise ParameterError(f"epsilon {e!r} is not a number") from None
+            if not np.isfinite(v) or v <= 0:
+                raise ParameterError(f"epsilon must be a positive finite number, got {e!r}")
+            eps.append(v)
+        if not eps:
+            raise ParameterError("no epsilon given; use e.g. --epsilons 1,2,3")
+        self.epsilons = tuple(sorted(set(eps)))
+        bad = [a for a in self.attacks if a not in ("bayes", "mask")]
+        if bad:
+            raise ParameterError(f"unknown attack {bad[0]!r}; use bayes and/or mask")
+        self.attacks = tuple(self.attacks)
+        if self.max_docs is not None and int(self.max_docs) < 2:
+            raise ParameterError(f"--max-docs must be at least 2, got {self.max_docs}")
+        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+            raise ParameterError(f"seed must be a non-negative integer, got {self.seed!r}")
+        return self
+
+    def cell_hash(self) -> str:
+        """Hash of the settings that change cell results (not the mechanism/ε lists)."""
+        d = asdict(self)
+        for k in ("mechanisms", "epsilons"):
+            d.pop(k)
+        d["model_options"] = {k: v for k, v in sorted(self.model_options.items()) if not callable(v)}
+        d["v"] = _CACHE_VERSION
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@dataclass
+class SweepResult:
+    """``rows``: one row per cell (DataFrame); ``cards``: cell key → privacy card;
+    ``paths``: name → written file; ``config``: the settings used."""
+
+    rows: pd.DataFrame
+    cards: dict
+    paths: dict
+    config: SweepConfig
+    seconds: float = 0.0
+    resumed_cells: int = 0
+
+
+def load_task(cfg: SweepConfig):
+    """Train/test DataFrames (``text``, ``label``) of the built-in dataset or a labelled
+    file pair ``TRAIN,TEST``. Raises InputError for unknown names, missing labels,
+    fewer than 2 classes or empty splits."""
+    from textdp.data.datasets import DATASETS, load_dataset
+
+    name = cfg.dataset
+    if name.strip().lower() in DATASETS:
+        ds = load_dataset(name)
+        train, test = ds.train, ds.test
+        tc, lc = "text", "label"
+    else:
+        from textdp.data.io import read_table
+
+        parts = [p for p in name.split(",") if p]
+        if len(parts) != 2 or not all(Path(p).exists() for p in parts):
+            raise InputError(f"unknown dataset {name!r}; use a built-in name ({', '.join(DATASETS)}) or two "
+                             "labelled files TRAIN,TEST")
+        (train, _), (test, _) = (read_table(p, text_column=cfg.text_column) for p in parts)
+        tc, lc = cfg.text_column, cfg.label_column
+        for df, p in ((train, parts[0]), (test, parts[1])):
+            if lc not in df.columns:
+                raise InputError(f"{Path(p).name}: no label column {lc!r}; evaluation needs labelled data "
+                                 "(pass --label-column)")
+    if cfg.max_docs:
+        train, test = train.head(int(cfg.max_docs)), test.head(int(cfg.max_docs))
+    train = pd.DataFrame({"text": train[tc].fillna("").astype(str), "label": train[lc]}).reset_index(drop=True)
+    test = pd.DataFrame({"text": test[tc].fillna("").astype(str), "label": test[lc]}).reset_index(drop=True)
+    for df, split in ((train, "train"), (test, "test")):
+        if len(df) == 0:
+            raise InputError(f"the {split} split of {name!r} is empty")
+        if df["label"].isna().any() or (df["label"].astype(str).str.strip() == "").any():
+            raise InputError(f"the {split} split of {name!r} has texts without a label; evaluation needs labels")
+    if train["label"].nunique() < 2:
+        raise InputError(f"the train split of {name!r} has fewer than 2 labels; utility cannot be measured")
+    return train, test
+
+
+def _cell_seed(seed: int | None, key: str) -> int | None:
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, zlib.crc32(key.encode())]).generate_state(1)[0])
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def _write_json(path: Path, obj) -> None:
+    from textdp.data.io import atomic_output
+
+    with atomic_output(path) as tmp:
+        Path(tmp).write_text(json.dumps(obj, indent=2, default=_json_default), encoding="utf-8")
+
+
+def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = False,
+              progress: Callable[[str, int, int], None] | None = None,
+              stage: Callable[[str], None] | None = None) -> SweepResult:
+    """Run the sweep and write its report into folder ``output`` (see the module docstring).
+
+    ``progress(label, done, total)`` is called after each cell; ``stage(text)`` with
+    what is being done. Refuses an ``output`` that already holds a finished report
+    unless ``overwrite`` (cached cells are reused either way; delete
+    ``OUTPUT/cache`` to recompute). Raises ParameterError / InputError / OutputError.
+    """
+    from textdp.evaluate.report import write_report
+
+    t0 = time.perf_counter()
+    cfg = config.validate()
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--output {str(out)!r} is a file; give a folder for the report")
+    if (out / "results.json").exists() and not overwrite:
+        raise OutputError(f"{str(out)!r} already holds a finished report; pass --overwrite or another --output")
+    say = stage or (lambda s: None)
+    say(f"loading {cfg.dataset}")
+    train, test = load_task(cfg)
+    cache = out / "cache" / cfg.cell_hash()
+    cache.mkdir(parents=True, exist_ok=True)
+    _write_json(cache / "config.json", asdict(cfg) | {"model_options": {k: v for k, v in cfg.model_options.items()
+                                                                          if not callable(v)}})
+    cells = [(CLEAN, None)] + [(m, e) for m in cfg.mechanisms for e in cfg.epsilons]
+    rows, cards, resumed = [], {}, 0
+    state: dict = {}
+    for n, (mech_name, eps) in enumerate(cells):
+        key = "clean" if mech_name == CLEAN else f"{mech_name}-eps{eps:g}"
+        path = cache / f"{key}.json"
+        if path.exists():
+            rec = json.loads(path.read_text("utf-8"))
+            resumed += 1
+        else:
+            rec = _run_cell(cfg, mech_name, eps, key, train, test, cache, state, say)
+            _write_json(path, rec)
+        rows.append(rec["row"])
+        cards[key] = rec.get("card", {})
+        if progress:
+            progress(key, n + 1, len(cells))
+    df = pd.DataFrame(rows)
+    say("writing the report")
+    paths = write_report(df, cards, cfg, out)
+    return SweepResult(df, cards, paths, cfg, time.perf_counter() - t0, resumed)
+
+
+def _mlm(cfg: SweepConfig, state: dict, say):
+    if "mlm" not in state:
+        from textdp.models.mlm import default_mlm, load_mlm, public_corpus_for
+
+        if cfg.mlm:
+            say(f"loading masked LM {cfg.mlm}")
+            state["mlm"] = load_mlm(cfg.mlm)
+        else:
+            corpus = public_corpus_for(cfg.dataset)
+            say(f"masked LM: {cfg.mlm_preset} preset on {corpus} (trained once, then cached)")
+            state["mlm"] = default_mlm(corpus, cfg.mlm_preset)
+    return state["mlm"]
+
+
+def _utility(cfg, train_texts, train_labels, test_san, test_clean, test_labels):
+    from textdp.evaluate.utility import evaluate_utility, make_model
+
+    model = make_model(cfg.model, **({"seed": cfg.seed or 0} | dict(cfg.model_options)))
+    return evaluate_utility(model, train_texts, train_labels, test_san, test_clean, test_labels)
+
+
+def _run_cell(cfg, mech_name, eps, key, train, test, cache: Path, state: dict, say) -> dict:
+    from textdp.data.io import write_table
+    from textdp.evaluate.privacy import (AlignedTokens, aligned_tokens, bayes_attack, deniability_summary,
+                                         mask_token_attack)
+
+    t0 = time.perf_counter()
+    tr_texts, te_texts = train["text"].tolist(), test["text"].tolist()
+    row: dict = {"mechanism": mech_name, "epsilon": eps, "dataset": cfg.dataset, "model": cfg.model}
+    card: dict = {}
+    seed = _cell_seed(cfg.seed, key)
+    attack_rng = np.random.default_rng(seed if seed is not None else 0)  # token subsample only
+    if mech_name == CLEAN:
+        say("clean baseline")
+        u = _utility(cfg, tr_texts, train["label"].tolist(), te_texts, te_texts, test["label"].tolist())
+        row.update(u.to_dict())
+        row.update({"bayes_top1": 1.0, "bayes_top5": 1.0, "share_changed": 0.0})
+        if "mask" in cfg.attacks:
+            from textdp.models.mlm import tokenize_words
+
+            words = tokenize_words(te_texts)
+            al = AlignedTokens(words, words, list(range(len(words))), 0)
+            row.update(mask_token_attack(_mlm(cfg, state, say), al, cfg.max_mask_positions, attack_rng))
+        card = {"mechanism": CLEAN, "guarantee": {"kind": "none", "reason": "clean text (no sanitization)"},
+                "guarantee_text": "no privacy: clean text baseline"}
+        row["seconds"] = time.perf_counter() - t0
+        return {"row": row, "card": card}
+
+    from textdp.sanitize import make_mechanism, sanitize_texts
+
+    say(f"{key}: sanitizing")
+    kw = {"w": cfg.w, "p": cfg.p} if mech_name == "santext+" else {}
+    mech = make_mechanism(mech_name, cfg.embeddings, eps, rng=seed, **kw)
+    san_path = cache / f"{key}.sanitized.parquet"
+    if san_path.exists():
+        san = pd.read_parquet(san_path)
+        mech.fit(tr_texts + te_texts)
+        stats = None
+    else:
+        mech.fit(tr_texts + te_texts)
+        out, stats = sanitize_texts(tr_texts + te_texts, mech)
+        san = pd.DataFrame({"split": ["train"] * len(tr_texts) + ["test"] * len(te_texts), "text": out})
+        write_table(san, san_path)
+    s_tr = san.loc[san["split"] == "train", "text"].tolist()
+    s_te = san.loc[san["split"] == "test", "text"].tolist()
+    if not any(t.strip() for t in s_tr):
+        raise InputError(f"{key}: the sanitized training split is empty (every token dropped?); "
+                         "use another --oov policy or check the text column")
+    say(f"{key}: training {cfg.model}")
+    u = _utility(cfg, s_tr, train["label"].tolist(), s_te, te_texts, test["label"].tolist())
+    row.update(u.to_dict())
+    al = aligned_tokens(mech, te_texts, s_te)
+    o, s = al.flat()
+    row["share_changed"] = float(np.mean([a != b for a, b in zip(o, s)])) if o else float("nan")
+    row["docs_misaligned"] = al.docs_misaligned
+    if "bayes" in cfg.attacks:
+        say(f"{key}: Bayes inversion")
+        row.update(bayes_attack(mech, al, prior=cfg.prior, k=5, max_tokens=cfg.max_attack_tokens, rng=attack_rng))
+    if "mask" in cfg.attacks:
+        say(f"{key}: mask-token attack")
+        row.update(mask_token_attack(_mlm(cfg, state, say), al, cfg.max_mask_positions, attack_rng))
+    say(f"{key}: N_w / S_w")
+    den = deniability_summary(mech, n_words=cfg.deniability_words)
+    row.update(den)
+    g = mech.guarantee
+    card = {"mechanism": mech_name, "parameters": mech.parameters(), "guarantee": g.to_dict(),
+            "guarantee_text": g.describe(), "embeddings": mech.embeddings.describe(),
+            "output_vocabulary_size": len(mech.output_words), "seed": mech.seed_info,
+            "sanitize_stats": stats.to_dict() if stats is not None else None, "plausible_deniability": den}
+    row["seconds"] = time.perf_counter() - t0
+    return {"row": row, "card": card}

@@ -1,0 +1,431 @@
+"""A small BERT-style masked language model trained from scratch, and a wrapper for
+pretrained Hugging Face MLMs.
+
+No pretrained MLM head installs offline (spec ``offline-models-and-data.md`` §2),
+so textdp trains a small one on public text and caches it under
+``$TEXTDP_CACHE/mlm/`` (default ``~/.cache/textdp/mlm/``). The model is a
+``transformers`` ``BertForMaskedLM`` over a **word-level** vocabulary built with
+textdp's :class:`~textdp.data.tokenize.WordTokenizer` (lower-cased, PTB-like
+splits: the same units the GloVe sanitizers replace), so one sanitized word is
+one position and one prediction.
+
+Training objective (Devlin et al. 2019): 15 % of the word positions are chosen;
+the label is the *target* word there, the input is ``[MASK]`` (80 %), a random
+word (10 %) or unchanged (10 %); cross-entropy at the chosen positions only (the
+output layer runs on those positions only, which keeps a 15k-word softmax cheap
+on a CPU). With ``targets`` (aligned original words) the inputs are sanitized
+words and the labels the originals: SanText's sanitization-aware pretraining
+(Yue et al. 2021, §4.4; spec A.7).
+
+Public API: :data:`PRESETS`, :class:`WordVocab`, :class:`MaskedLM` (``train``,
+``predict_masked``, ``save``, ``load``), :class:`HFMaskedLM` (any local or hub
+MLM, ``local_files_only`` unless a hub name is asked for explicitly),
+:func:`load_mlm`, :func:`default_mlm`, :func:`cache_dir`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from textdp.errors import InputError, MissingPackageError, ParameterError
+
+__all__ = ["MLMPreset", "PRESETS", "WordVocab", "MaskedLM", "HFMaskedLM", "load_mlm", "default_mlm", "cache_dir",
+           "tokenize_words", "public_corpus_for", "SPECIALS"]
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+PAD, UNK, CLS, SEP, MASK = range(5)
+_MARKER = "textdp_mlm.json"
+_FORMAT = 1
+
+
+def _torch():
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError:
+        raise MissingPackageError("the masked language model needs torch and transformers; "
+                                  "run: pip install 'textdp[nlp]'") from None
+    return torch
+
+
+def cache_dir() -> Path:
+    """textdp's cache folder: ``$TEXTDP_CACHE`` or ``~/.cache/textdp``."""
+    return Path(os.environ.get("TEXTDP_CACHE") or Path.home() / ".cache" / "textdp")
+
+
+def tokenize_words(texts: Sequence[str]) -> list[list[str]]:
+    """Word tokens (lower-cased, :class:`WordTokenizer`) of every text."""
+    from textdp.data.tokenize import WordTokenizer
+
+    tok = WordTokenizer(lowercase=True)
+    return [tok.tokenize(t) for t in texts]
+
+
+@dataclass(frozen=True)
+class MLMPreset:
+    """Model size and training schedule. ``steps`` optimiser steps of ``batch_size``
+    sequences of at most ``max_len`` positions (incl. ``[CLS]``/``[SEP]``)."""
+
+    hidden: int = 128
+    layers: int = 2
+    heads: int = 4
+    intermediate: int = 256
+    max_len: int = 64
+    vocab_size: int = 15000
+    min_count: int = 2
+    steps: int = 1500
+    batch_size: int = 64
+    lr: float = 1e-3
+    warmup: int = 100
+    mask_prob: float = 0.15
+    max_docs: int | None = None
+    dropout: float = 0.1
+
+
+PRESETS: dict[str, MLMPreset] = {
+    # seconds on 2 cores: for tests
+    "tiny": MLMPreset(hidden=64, layers=1, heads=2, intermediate=128, max_len=32, vocab_size=1000, steps=150,
+                      batch_size=32, lr=5e-3, warmup=20, max_docs=400, dropout=0.0),
+    # minutes on 2 cores: the cached default of the mask-token attack
+    "small": MLMPreset(),
+    # closer to a real BERT-mini; hours on a CPU
+    "base": MLMPreset(hidden=256, layers=4, heads=4, intermediate=1024, max_len=128, vocab_size=30000,
+                      steps=20000, batch_size=64, lr=5e-4, warmup=1000),
+}
+
+
+def public_corpus_for(dataset: str | None) -> str:
+    """A built-in corpus disjoint from ``dataset`` to train the attack MLM on:
+    BBC News, or Reuters-R8 when the evaluated data is BBC News."""
+    return "reuters-r8" if (dataset or "").lower() == "bbc-news" else "bbc-news"
+
+
+class WordVocab:
+    """Word-level vocabulary: 5 special tokens then words by descending count."""
+
+    def __init__(self, words: Sequence[str]):
+        words = list(words)
+        if words[:5] != SPECIALS:
+            words = SPECIALS + [w for w in words if w not in SPECIALS]
+        self.words = words
+        self.index = {w: i for i, w in enumerate(words)}
+
+    @classmethod
+    def build(cls, docs: Sequence[Sequence[str]], size: int, min_count: int = 1) -> "WordVocab":
+        c = Counter(w for d in docs for w in d)
+        words = [w for w, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])) if n >= min_count]
+        return cls(SPECIALS + words[: max(0, size - len(SPECIALS))])
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def encode(self, words: Sequence[str]) -> np.ndarray:
+        return np.fromiter((self.index.get(w, UNK) for w in words), np.int64, len(words))
+
+
+def _chunks(docs: Sequence[Sequence[int]], width: int) -> list[np.ndarray]:
+    out = []
+    for d in docs:
+        d = np.asarray(d, dtype=np.int64)
+        for s in range(0, max(len(d), 1), width):
+            piece = d[s:s + width]
+            if len(piece):
+                out.append(piece)
+    return out
+
+
+class MaskedLM:
+    """A small word-level BERT MLM (see the module docstring).
+
+    ``model``: ``transformers.BertForMaskedLM``; ``vocab``: :class:`WordVocab`;
+    ``info``: provenance (corpus, preset, losses, steps).
+    """
+
+    kind = "word"
+
+    def __init__(self, model, vocab: WordVocab, info: dict | None = None):
+        self.model, self.vocab, self.info = model, vocab, dict(info or {})
+
+    # construction ---------------------------------------------------------------
+    @classmethod
+    def create(cls, vocab: WordVocab, preset: MLMPreset, seed: int = 0) -> "MaskedLM":
+        torch = _torch()
+        from transformers import BertConfig, BertForMaskedLM
+
+        torch.manual_seed(seed)  # weight init only (not DP noise)
+        cfg = BertConfig(vocab_size=len(vocab), hidden_size=preset.hidden, num_hidden_layers=preset.layers,
+                         num_attention_heads=preset.heads, intermediate_size=preset.intermediate,
+                         max_position_embeddings=preset.max_len, type_vocab_size=1, pad_token_id=PAD,
+                         hidden_dropout_prob=preset.dropout,
+                         attention_probs_dropout_prob=preset.dropout)
+        return cls(BertForMaskedLM(cfg), vocab, {"preset": asdict(preset)})
+
+    @classmethod
+    def train_new(cls, docs: Sequence[Sequence[str]], preset: MLMPreset | str = "small", seed: int = 0,
+                  progress: Callable[[int, int, float], None] | None = None, corpus: str = "") -> "MaskedLM":
+        """Build a vocabulary from ``docs`` (lists of words) and train from scratch."""
+        preset = PRESETS[preset] if isinstance(preset, str) else preset
+        if preset.max_docs:
+            docs = docs[: preset.max_docs]
+        docs = [d for d in docs if d]
+        if len(docs) < 2:
+            raise InputError("training a masked language model needs at least 2 non-empty documents")
+        vocab = WordVocab.build(docs, preset.vocab_size, preset.min_count)
+        m = cls.create(vocab, preset, seed)
+        m.info["corpus"] = corpus
+        m.train(docs, preset=preset, seed=seed, progress=progress)
+        return m
+
+    # training -------------------------------------------------------------------
+    def train(self, docs: Sequence[Sequence[str]], targets: Sequence[Sequence[str]] | None = None,
+              preset: MLMPreset | None = None, steps: int | None = None, seed: int = 0,
+              progress: Callable[[int, int, float], None] | None = None) -> list[float]:
+        """Continue training on ``docs`` (lists of words). With ``targets`` (same shapes),
+        inputs are ``docs`` and labels are ``targets`` at the masked positions
+        (sanitization-aware pretraining). Returns the per-step losses (also appended to
+        ``info["losses"]``). ``progress(step, steps, loss)`` is called after each step."""
+        torch = _torch()
+        preset = preset or MLMPreset(**self.info.get("preset", {}))
+        steps = int(steps if steps is not None else preset.steps)
+        width = min(preset.max_len, self.model.config.max_position_embeddings) - 2
+        ins = [self.vocab.encode(d) for d in docs]
+        if targets is not None:
+            if len(targets) != len(docs) or any(len(a) != len(b) for a, b in zip(docs, targets)):
+                raise InputError("sanitization-aware pretraining needs sanitized and original texts with the "
+                                 "same number of words per document")
+            outs = [self.vocab.encode(t) for t in targets]
+        else:
+            outs = ins
+        xs, ys = _chunks(ins, width), _chunks(outs, width)
+        if not xs:
+            raise InputError("no training text for the masked language model")
+        gen = np.random.default_rng(seed)  # batching/masking order only: not a privacy mechanism
+        tg = torch.Generator().manual_seed(seed)
+        model = self.model
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=preset.lr, weight_decay=0.01)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min(1.0, (s + 1) / max(1, preset.warmup)) * max(0.05, 1 - s / max(1, steps)))
+        V = len(self.vocab)
+        losses: list[float] = []
+        for step in range(steps):
+            idx = gen.integers(0, len(xs), preset.batch_size)
+            L = max(len(xs[i]) for i in idx) + 2
+            inp = np.full((len(idx), L), PAD, np.int64)
+            lab = np.full((len(idx), L), PAD, np.int64)
+            for r, i in enumerate(idx):
+                n = len(xs[i])
+                inp[r, 0], inp[r, n + 1] = CLS, SEP
+                inp[r, 1:n + 1], lab[r, 1:n + 1] = xs[i], ys[i]
+            real = (inp > MASK) | (inp == UNK)
+            choose = real & (gen.random(inp.shape) < preset.mask_prob)
+            if not choose.any():
+                r, c = np.argwhere(real)[0]
+                choose[r, c] = True
+            u = gen.random(inp.shape)
+            inp_m = inp.copy()
+            inp_m[choose & (u < 0.8)] = MASK
+            rnd = choose & (u >= 0.8) & (u < 0.9)
+            inp_m[rnd] = gen.integers(len(SPECIALS), V, int(rnd.sum()))
+            ti = torch.from_numpy(inp_m)
+            att = torch.from_numpy((inp != PAD).astype(np.int64))
+            hidden = model.bert(input_ids=ti, attention_mask=att).last_hidden_state
+            sel = torch.from_numpy(choose)
+            logits = model.cls(hidden[sel])
+            loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(lab[choose]))
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(float(loss.detach()))
+            if progress:
+                progress(step + 1, steps, losses[-1])
+        del tg
+        model.eval()
+        self.info.setdefault("losses", []).extend(losses)
+        self.info["steps"] = self.info.get("steps", 0) + steps
+        return losses
+
+    # inference ------------------------------------------------------------------
+    def predict_masked(self, docs: Sequence[Sequence[str]], positions: Sequence[tuple[int, int]], k: int = 1,
+                       batch_size: int = 256) -> list[list[str]]:
+        """Mask word ``j`` of document ``i`` for every ``(i, j)`` in ``positions`` and return
+        the top-``k`` predicted words (special tokens excluded). Context windows of at
+        most ``max_len − 2`` words centred on the masked word."""
+        torch = _torch()
+        width = self.model.config.max_position_embeddings - 2
+        enc = [self.vocab.encode(d) for d in docs]
+        out: list[list[str]] = []
+        self.model.eval()
+        with torch.no_grad():
+            for b in range(0, len(positions), batch_size):
+                batch = positions[b:b + batch_size]
+                rows, centre = [], []
+                for i, j in batch:
+                    d = enc[i]
+                    s = max(0, min(j - width // 2, len(d) - width))
+                    w = d[s:s + width].copy()
+                    w[j - s] = MASK
+                    rows.append(w)
+                    centre.append(j - s + 1)
+                L = max(len(r) for r in rows) + 2
+                inp = np.full((len(rows), L), PAD, np.int64)
+                for r, w in enumerate(rows):
+                    inp[r, 0], inp[r, 1:len(w) + 1], inp[r, len(w) + 1] = CLS, w, SEP
+                h = self.model.bert(input_ids=torch.from_numpy(inp),
+                                    attention_mask=torch.from_numpy((inp != PAD).astype(np.int64))).last_hidden_state
+                hc = h[torch.arange(len(rows)), torch.tensor(centre)]
+                logits = self.model.cls(hc)
+                logits[:, : len(SPECIALS)] = -float("inf")
+                top = torch.topk(logits, k, dim=1).indices.numpy()
+                out.extend([[self.vocab.words[t] for t in row] for row in top])
+        return out
+
+    # persistence ----------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the model (``save_pretrained``), ``vocab.txt`` and ``textdp_mlm.json`` atomically."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+        try:
+            self.model.save_pretrained(tmp)
+            (tmp / "vocab.txt").write_text("\n".join(self.vocab.words) + "\n", encoding="utf-8")
+            try:  # tokenizer files so AutoTokenizer / load_classifier can fine-tune the encoder
+                from transformers import BertTokenizerFast
+
+                BertTokenizerFast(vocab_file=str(tmp / "vocab.txt"), do_lower_case=True).save_pretrained(str(tmp))
+            except Exception:  # noqa: BLE001 - optional convenience only
+                pass
+            (tmp / _MARKER).write_text(json.dumps({"format": _FORMAT, "kind": "word", **self.info}), "utf-8")
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "MaskedLM":
+        _torch()
+        from transformers import BertForMaskedLM
+
+        path = Path(path)
+        if not (path / _MARKER).exists():
+            raise InputError(f"{path}: not a textdp word-level MLM folder (no {_MARKER})")
+        info = json.loads((path / _MARKER).read_text("utf-8"))
+        words = (path / "vocab.txt").read_text("utf-8").split("\n")
+        if words and words[-1] == "":
+            words = words[:-1]
+        model = BertForMaskedLM.from_pretrained(str(path), local_files_only=True)
+        model.eval()
+        return cls(model, WordVocab(words), info)
+
+    @staticmethod
+    def is_textdp_dir(path: str | os.PathLike) -> bool:
+        return (Path(path) / _MARKER).exists()
+
+
+class HFMaskedLM:
+    """A pretrained Hugging Face MLM (local folder, or a hub name the user asked for).
+
+    Words are fed with ``is_split_into_words=True``; the masked word becomes one
+    mask token; a prediction is the top token at that position (WordPiece
+    continuations ``##x`` are excluded). A word that the tokenizer splits into
+    several pieces can therefore never be predicted exactly: that is counted as a
+    miss, as in the official attack (spec A.8.1).
+    """
+
+    kind = "hf"
+
+    def __init__(self, name_or_path: str, allow_download: bool = False):
+        _torch()
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        local = Path(name_or_path).is_dir()
+        try:
+            self.tok = AutoTokenizer.from_pretrained(name_or_path, local_files_only=not allow_download)
+            self.model = AutoModelForMaskedLM.from_pretrained(name_or_path, local_files_only=not allow_download)
+        except (OSError, ValueError) as exc:
+            hint = ("pass a local model folder (with config.json, tokenizer and weights)" if not local else
+                    "check that the folder holds a masked-LM checkpoint")
+            raise InputError(f"cannot load masked LM {name_or_path!r} offline ({type(exc).__name__}); {hint}") from None
+        self.model.eval()
+        self.name = name_or_path
+        vocab = self.tok.get_vocab()
+        self._bad = np.zeros(len(self.tok), dtype=bool)
+        for t, i in vocab.items():
+            if i < len(self._bad) and (t.startswith("##") or t in self.tok.all_special_tokens or t.startswith("[unused")):
+                self._bad[i] = True
+        self.info = {"name": name_or_path}
+
+    def predict_masked(self, docs, positions, k: int = 1, batch_size: int = 64):
+        torch = _torch()
+        out: list[list[str]] = []
+        mask = self.tok.mask_token
+        maxlen = min(getattr(self.tok, "model_max_length", 128) or 128, 128)
+        with torch.no_grad():
+            for b in range(0, len(positions), batch_size):
+                batch = positions[b:b + batch_size]
+                words = []
+                for i, j in batch:
+                    d = list(docs[i])
+                    s = max(0, j - 30)
+                    w = d[s:j + 30]
+                    w[j - s] = mask
+                    words.append(w)
+                enc = self.tok(words, is_split_into_words=True, truncation=True, max_length=maxlen,
+                               padding=True, return_tensors="pt")
+                logits = self.model(**enc).logits
+                mpos = (enc["input_ids"] == self.tok.mask_token_id).int().argmax(dim=1)
+                lg = logits[torch.arange(len(words)), mpos]
+                lg[:, torch.from_numpy(self._bad[: lg.shape[1]])] = -float("inf")
+                top = torch.topk(lg, k, dim=1).indices.numpy()
+                out.extend([[self.tok.convert_ids_to_tokens(int(t)) for t in row] for row in top])
+        return out
+
+
+def load_mlm(name_or_path: str, allow_download: bool = False):
+    """A textdp MLM folder (:class:`MaskedLM`) or a Hugging Face MLM (:class:`HFMaskedLM`).
+
+    A name that is not an existing folder is treated as a hub name and loaded with
+    ``local_files_only=True`` unless ``allow_download``. Raises InputError when it
+    cannot be loaded offline."""
+    p = Path(name_or_path)
+    if p.is_dir() and MaskedLM.is_textdp_dir(p):
+        return MaskedLM.load(p)
+    if not p.exists() and (name_or_path.startswith((".", "/", "~")) or os.sep in name_or_path and
+                           name_or_path.count("/") > 1):
+        raise InputError(f"masked LM folder {name_or_path!r} does not exist")
+    return HFMaskedLM(name_or_path, allow_download=allow_download)
+
+
+def default_mlm(corpus: str = "bbc-news", preset: str = "small", seed: int = 0,
+                progress: Callable[[int, int, float], None] | None = None,
+                root: str | os.PathLike | None = None) -> MaskedLM:
+    """The attack MLM trained from scratch on built-in ``corpus`` with ``preset``;
+    trained on first use, then loaded from ``<cache>/mlm/<corpus>-<preset>-s<seed>-v1``."""
+    if preset not in PRESETS:
+        raise ParameterError(f"unknown MLM preset {preset!r}; use one of {', '.join(PRESETS)}")
+    base = Path(root) if root else cache_dir()
+    path = base / "mlm" / f"{corpus}-{preset}-s{seed}-v{_FORMAT}"
+    if MaskedLM.is_textdp_dir(path):
+        return MaskedLM.load(path)
+    from textdp.data.datasets import load_dataset
+
+    ds = load_dataset(corpus)
+    texts = list(ds.train["text"]) + list(ds.test["text"])
+    m = MaskedLM.train_new(tokenize_words(texts), PRESETS[preset], seed=seed, progress=progress, corpus=corpus)
+    m.info.update({"corpus": corpus, "preset_name": preset, "seed": seed})
+    m.save(path)
+    return m
