@@ -151,3 +151,14 @@ def test_cli_grid_outputs(tmp_path):
 def test_cli_list():
     r = _run("--list")
     assert r.exit_code == 0 and "dptext" in r.output and "BROKEN" in r.output
+
+
+def test_cli_grid_defaults_to_exact_shortcut_and_full_noise_is_opt_in(tmp_path):
+    out = tmp_path / "g"
+    r = _run("--grid", "habernal2022", "--samples", "1e4", "-e", "1", "--dims", "1", "--seed", "2", "-o", str(out), "-q")
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "habernal2022.json").read_text())["settings"]["sampler"] == "sufficient-statistic"
+    r = _run("--grid", "habernal2022", "--full-noise", "--samples", "1e3", "-e", "1", "--dims", "1", "--seed", "2",
+             "-o", str(out), "-q", "--overwrite")
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "habernal2022.json").read_text())["settings"]["sampler"] == "full"
