@@ -37,6 +37,27 @@ def test_bernoulli_exp_matches_exp_minus_gamma(num, den):
     assert stats.binomtest(int(x.sum()), N, p).pvalue > ALPHA
 
 
+@pytest.mark.parametrize("num,den", [(1, 3), (5, 7)])
+def test_bernoulli_exp_integer_cks_path_matches_exp_minus_gamma(num, den):
+    x = exact.bernoulli_exp_frac_cks(np.full(N, num, dtype=np.int64), den, make_rng(1))
+    assert stats.binomtest(int(x.sum()), N, math.exp(-num / den)).pvalue > ALPHA
+
+
+def test_bernoulli_exp_exact_continuation_path(monkeypatch):
+    """Force most draws through the high-precision continuation (a huge margin):
+    the law must still be exactly exp(-gamma)."""
+    monkeypatch.setattr(exact, "EXP_MARGIN", 0.3)
+    n = 4000
+    x = exact.bernoulli_exp_frac(np.full(n, 2, dtype=np.int64), 5, make_rng(2))
+    assert stats.binomtest(int(x.sum()), n, math.exp(-0.4)).pvalue > ALPHA
+    lo, hi = exact._exp_interval_decimal(2, 5, 40)
+    import decimal
+    from fractions import Fraction
+
+    ref = Fraction(decimal.Context(prec=80).exp(decimal.Decimal("-0.4")))
+    assert lo < ref < hi and float(hi - lo) < 1e-35
+
+
 @pytest.mark.parametrize("p", [0.5, 0.3, 1 / 3, 2.0**-70 + 0.25, 1e-3])
 def test_bernoulli_dyadic_is_exact(p):
     rng = make_rng(2)

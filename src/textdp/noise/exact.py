@@ -2,9 +2,14 @@
 Gaussian for Differential Privacy", Algorithms 1-3), vectorised over numpy arrays.
 
 Every random draw here is a uniform *integer* from the generator
-(``Generator.integers``, which is unbiased), and every comparison is between
-integers, so the output law is exactly the stated one; no floating-point value
-enters a random decision. This is what makes the float samplers built on top
+(``Generator.integers``, which is unbiased), and every decision compares such
+integers with integers or with a *certified interval*: Bernoulli(exp(-gamma))
+(:func:`bernoulli_exp_frac`) compares the first 62 bits of a uniform real with
+``numpy.exp`` widened by a 2**-40 relative margin and finishes the rare
+undecided draws (probability ~2**-39) with more random bits against a correctly
+rounded ``decimal`` evaluation, so the output law is exactly the stated one
+(given that numpy's exp is within the margin; the integer-only CKS20 Algorithm 1
+is kept as :func:`bernoulli_exp_frac_cks`). This is what makes the float samplers built on top
 (:mod:`textdp.noise.samplers`) immune to the low-order-bit attacks of Mironov
 (CCS 2012) and to the Box-Muller/inversion sampler bugs reported by Delta-Siege
 (Lokna et al., CCS 2023).
@@ -37,6 +42,8 @@ __all__ = [
     "bernoulli_dyadic",
     "bernoulli_exp",
     "bernoulli_exp_frac",
+    "bernoulli_exp_frac_cks",
+    "EXP_MARGIN",
     "bernoulli_exp_one",
     "discrete_laplace_int",
     "discrete_laplace_rational",
@@ -55,8 +62,8 @@ def _as_size(size) -> tuple[int, ...]:
     return tuple(int(s) for s in size)
 
 
-def bernoulli_exp_frac(num: np.ndarray, den: int, rng: np.random.Generator) -> np.ndarray:
-    """Bernoulli(exp(-num/den)) for ``0 <= num <= den`` (CKS20 Algorithm 1).
+def bernoulli_exp_frac_cks(num: np.ndarray, den: int, rng: np.random.Generator) -> np.ndarray:
+    """Bernoulli(exp(-num/den)) for ``0 <= num <= den`` (CKS20 Algorithm 1, integers only).
 
     num: int64 array; den: int ``< 2**49``. Returns a bool array of num's shape.
 
@@ -77,6 +84,69 @@ def bernoulli_exp_frac(num: np.ndarray, den: int, rng: np.random.Generator) -> n
         active = active[a]
         k += 1
     return ((k_final & 1) == 1).reshape(num_arr.shape)
+
+
+#: Relative half-width of the interval certified around numpy's ``exp(-gamma)``.
+#: numpy/libm evaluate exp within a few ulps (2**-50); the margin is 2**10 times that.
+EXP_MARGIN = 2.0**-40
+_SCALE = float(1 << 62)
+
+
+def _exp_interval_decimal(num: int, den: int, digits: int) -> tuple[Fraction, Fraction]:
+    """An interval [a, b] certainly containing exp(-num/den) (decimal's exp is correctly rounded)."""
+    import decimal
+
+    ctx = decimal.Context(prec=digits, rounding=decimal.ROUND_HALF_EVEN)
+    v = ctx.exp(ctx.divide(decimal.Decimal(-num), decimal.Decimal(den)))
+    # correctly rounded exp of a correctly rounded quotient: |v - exp(-num/den)| < 4 ulp(v) to be safe
+    ulp4 = decimal.Decimal(4).scaleb(v.adjusted() - digits + 1)
+    exact = decimal.Context(prec=digits + 10)  # v +- 4 ulp is exact at this precision
+    return Fraction(exact.subtract(v, ulp4)), Fraction(exact.add(v, ulp4))
+
+
+def _resolve_exact(u: int, num: int, den: int, rng: np.random.Generator) -> bool:
+    """Exact [R < exp(-num/den)] for R uniform on [u/2**62, (u+1)/2**62): draw further bits of R
+    until it is separated from a high-precision interval around exp(-num/den)."""
+    bits, r = 62, u
+    digits = 40
+    a, b = _exp_interval_decimal(num, den, digits)
+    while True:
+        lo_r, hi_r = Fraction(r, 1 << bits), Fraction(r + 1, 1 << bits)
+        if hi_r <= a:
+            return True
+        if lo_r >= b:
+            return False
+        if hi_r - lo_r < (b - a):  # R's interval is narrower than p's: refine p
+            digits *= 2
+            a, b = _exp_interval_decimal(num, den, digits)
+            continue
+        r = (r << 62) | int(rng.integers(0, 1 << 62))
+        bits += 62
+
+
+def bernoulli_exp_frac(num: np.ndarray, den: int, rng: np.random.Generator) -> np.ndarray:
+    """Bernoulli(exp(-num/den)) for ``0 <= num <= den``, exact, one uniform draw per decision.
+
+    Lazy comparison of a uniform real R with p = exp(-num/den): the first 62 bits
+    of R (one uniform integer u) decide ``R < p`` unless ``u / 2**62`` falls in the
+    certified interval ``p_float * (1 ± EXP_MARGIN)`` (probability about 2**-39);
+    those rare draws are finished exactly by :func:`_resolve_exact` (more bits of R
+    against a correctly rounded ``decimal`` evaluation of p). The law is exactly
+    Bernoulli(p) provided numpy's ``exp`` errs by less than ``EXP_MARGIN``
+    relative (it errs by a few 2**-53). :func:`bernoulli_exp_frac_cks` is the
+    integer-only CKS20 Algorithm 1 with the same law (used in the tests).
+    """
+    num_arr = np.asarray(num, dtype=np.int64)
+    flat = num_arr.ravel()
+    den = int(den)
+    p = np.exp(-(flat / den))
+    lo = np.floor(p * (1.0 - EXP_MARGIN) * _SCALE).astype(np.int64)
+    hi = np.ceil(np.minimum(p * (1.0 + EXP_MARGIN), 1.0) * _SCALE).astype(np.int64)
+    u = rng.integers(0, 1 << 62, size=flat.size, dtype=np.int64)
+    out = u < lo
+    for i in np.flatnonzero((u >= lo) & (u < hi)).tolist():
+        out[i] = _resolve_exact(int(u[i]), int(flat[i]), den, rng)
+    return out.reshape(num_arr.shape)
 
 
 def bernoulli_exp_one(n: int, rng: np.random.Generator) -> np.ndarray:
