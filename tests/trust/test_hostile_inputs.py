@@ -128,3 +128,28 @@ def test_100mb_single_line(tmp_path):
     rc, peak, err = _peak_rss_mb(code)
     assert rc == 0, err[-2000:]
     assert peak < 1500, f"peak RSS {peak:.0f} MB"
+
+
+_CLI_CASES = [hostile.empty, hostile.binary, hostile.nul_bytes, hostile.mixed_encoding, hostile.nested_json,
+              hostile.bad_json_line, hostile.parquet_wrong_schema, hostile.corrupt_parquet]
+
+
+@pytest.mark.parametrize("build", _CLI_CASES, ids=lambda f: f.__name__)
+def test_sanitize_cli_on_bad_files_exits_2_without_partial_output(tmp_path, small_glove_file, build):
+    """`textdp sanitize` on each bad file: exit 2, one error line, no traceback, nothing written."""
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+
+    data_dir = tmp_path / "in"
+    data_dir.mkdir()
+    p = build(data_dir)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "sanitized.csv"
+    r = CliRunner().invoke(app, ["sanitize", str(p), "--epsilon", "3", "--embeddings", str(small_glove_file),
+                                 "-o", str(out), "--no-ledger", "-q"])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and "error:" in r.output
+    assert "SECRET-PAYLOAD-" + "z" * 41 not in r.output
+    assert list(out_dir.iterdir()) == []  # no output, no card, no temporary file left behind
