@@ -294,6 +294,9 @@ def tradeoff_command(
     min_count: int = typer.Option(5, "--min-count"),
     max_vocab: Optional[int] = typer.Option(2000, "--max-vocab", help="Vocabulary size (LP/OLP cost grows with it)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N training documents."),
+    sweeps_per_release: int = typer.Option(1, "--sweeps-per-release", help="hdp: Gibbs sweeps between noisy releases."),
+    max_doc_length: int = typer.Option(200, "--max-doc-length", help="hdp: documents truncated to this many tokens."),
+    batch_size: int = typer.Option(1000, "--batch-size", help="olp: documents per mini-batch."),
     output: Path = typer.Option(Path("topics-tradeoff.png"), "--output", "-o", help="Plot file (.png/.pdf/.svg); "
                                 "the numbers go to the same name with .csv."),
     seed: Optional[int] = opt_seed(),
@@ -326,7 +329,10 @@ def tradeoff_command(
     task = bar.add_task("runs", total=1 + len(meths) * len(eps))
     with bar:
         df = privacy_utility(train, test, eps, meths, n_topics=k, alpha=alpha, beta=beta, iterations=iterations,
-                             seed=seed, progress=lambda d: bar.update(task, advance=1, description=d))
+                             seed=seed, progress=lambda d: bar.update(task, advance=1, description=d),
+                             method_params={"hdp": {"sweeps_per_release": sweeps_per_release,
+                                                    "max_doc_length": max_doc_length},
+                                            "olp": {"batch_size": batch_size}})
     from textdp.data.io import atomic_output
 
     with atomic_output(csv_path) as tmp:
@@ -335,7 +341,8 @@ def tradeoff_command(
     if json_out:
         print_json({"plot": str(output), "table": str(csv_path), "rows": df.to_dict(orient="records")})
     elif not quiet:
-        out_console.print(df.to_string(index=False), highlight=False)
+        out_console.print(df[["method", "epsilon", "perplexity", "seconds"]].to_string(index=False, float_format="%.1f"),
+                          highlight=False)
         out_console.print(f"plot: {output}   table: {csv_path}", highlight=False)
 
 

@@ -90,11 +90,14 @@ def laplace_composition(epsilon: float, releases: int, sensitivity: int, delta: 
                 hi = mid
             else:
                 lo = mid
-        scale = min(basic, math.exp(hi))
-        out.update(scale=scale, epsilon_per_release=sensitivity / scale, delta=float(delta),
-                   composition="dp_accounting PLD accountant (discrete Laplace, self-composed, pessimistic, "
-                               "value discretization 1e-3)",
-                   epsilon_achieved=_pld_epsilon(scale, releases, sensitivity, float(delta)))
+        if hi < math.log(basic):  # the PLD accountant certifies less noise than basic composition
+            scale = math.exp(hi)
+            out.update(scale=scale, epsilon_per_release=sensitivity / scale, delta=float(delta),
+                       composition="dp_accounting PLD accountant (discrete Laplace, self-composed, pessimistic, "
+                                   "value discretization 1e-3)",
+                       epsilon_achieved=_pld_epsilon(scale, releases, sensitivity, float(delta)))
+        else:  # no gain over basic composition (e.g. few releases with a large ε each): keep the pure-DP scale
+            out.update(delta=float(delta), composition="basic (pure DP); the PLD accountant gave no tighter scale")
     return out
 
 
