@@ -6,6 +6,12 @@ import numpy as np
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _isolated_budget_ledgers(tmp_path_factory, monkeypatch):
+    """CLI runs in tests append to a temporary ledger folder, never to ~/.cache/textdp/ledgers."""
+    monkeypatch.setenv("TEXTDP_LEDGER_DIR", str(tmp_path_factory.mktemp("ledgers")))
+
+
 @pytest.fixture
 def rng():
     """A seeded generator (tests only: DP code defaults to a CSPRNG)."""
