@@ -116,3 +116,10 @@ def test_no_nan_with_extreme_parameters(synth):
               LPLDA(3, flip=0.9, iterations=2, seed=0, threshold=0).fit(corpus)):
         assert np.all(np.isfinite(m.topic_word))
         assert np.isfinite(m.perplexity(corpus, iterations=3, burn_in=1, seed=0))
+
+
+def test_public_vocabulary_is_used_as_given():
+    c = Corpus.from_texts(["apple banana zebra", "banana cherry"], vocabulary=["banana", "cherry", "apple"])
+    assert c.vocabulary == ["banana", "cherry", "apple"]
+    assert c.preprocessing["public_vocabulary"] is True
+    assert sorted(c.documents()[0].tolist()) == [0, 2]  # zebra (not in the vocabulary) dropped
