@@ -163,12 +163,16 @@ class ExponentialChannel(Channel):
     (``p_x = 1`` for sensitive ``x``, ``p`` otherwise), ``log(1 − p)`` for
     ``y = x ∈ V_N`` and ``−∞`` for any other non-sensitive output.
 
+    ``eta``: a uniform share mixed into the exponential law, ``(1 − η)·p + η/|V_S|``
+    (textdp's float-safe sampler draws from exactly this law; ``η = 0`` is the
+    paper's formula).
+
     ``input_vectors``: ``(n, m)``; ``output_vectors``: ``(k, m)`` float arrays.
     """
 
     def __init__(self, inputs: Sequence[str], input_vectors: np.ndarray, outputs: Sequence[str],
                  output_vectors: np.ndarray, epsilon: float, sensitive: Iterable[str] | None = None,
-                 p: float = 1.0, block: int = 1024, name: str = "santext"):
+                 p: float = 1.0, block: int = 1024, name: str = "santext", eta: float = 0.0):
         if not (epsilon >= 0 and math.isfinite(epsilon)):
             raise ParameterError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
         self.inputs, self.outputs = list(inputs), list(outputs)
@@ -176,7 +180,12 @@ class ExponentialChannel(Channel):
         self.Y = np.asarray(output_vectors, dtype=np.float64)
         if self.X.shape[0] != len(self.inputs) or self.Y.shape[0] != len(self.outputs):
             raise ParameterError("vectors and word lists differ in length")
+        centre = self.Y.mean(axis=0) if len(self.Y) else 0.0  # distances are shift-invariant; less cancellation
+        self.X, self.Y = self.X - centre, self.Y - centre
         self.epsilon, self.block, self.name = float(epsilon), int(block), name
+        if not (0.0 <= eta < 1.0):
+            raise ParameterError(f"eta must be in [0, 1), got {eta!r}")
+        self.eta = float(eta)
         self.exact = True
         k = len(self.outputs)
         if sensitive is None:
@@ -205,6 +214,8 @@ class ExponentialChannel(Channel):
         output_ids = np.asarray(output_ids, dtype=np.int64)
         d = np.sqrt(_sq_dists(self.X[input_ids], self.Y[output_ids]))
         L = -0.5 * self.epsilon * d - self._logZ[input_ids, None]
+        if self.eta > 0:  # the float-safe sampler's uniform share: (1 - eta) p + eta / |V_S|
+            L = np.logaddexp(math.log1p(-self.eta) + L, math.log(self.eta / max(1, len(self._sens_cols))))
         if self.p < 1.0 or not self.out_sensitive.all():
             sens_in = self.in_sensitive[input_ids]
             with np.errstate(divide="ignore"):

@@ -90,6 +90,7 @@ def channel_for(mech, block: int = 1024, n_calibration: int = 1500,
     rows = mech.output_rows
     vec = np.asarray(mech.embeddings.vectors[rows], dtype=np.float64)
     name = getattr(mech, "name", type(mech).__name__.lower())
+    eta = float(getattr(mech, "eta", 0.0) or 0.0)  # uniform share of the float-safe sampler, if any
     if name == "fbdd":
         # the attacker simulates the public mechanism on random vocabulary words to calibrate
         g = rng if rng is not None else np.random.default_rng(0)
@@ -98,8 +99,8 @@ def channel_for(mech, block: int = 1024, n_calibration: int = 1500,
         return NoisyNearestChannel(words, vec, words, vec, mech.epsilon, block=block, calibration=(xi, yi))
     if name == "santext+":
         return ExponentialChannel(words, vec, words, vec, mech.epsilon, sensitive=mech.sensitive_words,
-                                  p=mech.p, block=block, name="santext+")
-    return ExponentialChannel(words, vec, words, vec, mech.epsilon, block=block, name=name)
+                                  p=mech.p, block=block, name="santext+", eta=eta)
+    return ExponentialChannel(words, vec, words, vec, mech.epsilon, block=block, name=name, eta=eta)
 
 
 def bayes_attack(mech, aligned: AlignedTokens, prior="wordfreq", k: int = 5, max_tokens: int | None = 20000,

@@ -1,0 +1,164 @@
+"""Sweeps, utility, attacks on real sanitizers, the report and the CLI (textdp.evaluate)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from textdp.errors import InputError, OutputError, ParameterError
+from textdp.evaluate import SweepConfig, channel_for, evaluate_utility, load_task, make_model, run_sweep
+
+EPS = (0.001, 4.0, 16.0)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "report"
+    cfg = SweepConfig("rotten-tomatoes", ["santext"], EPS, max_docs=1500, attacks=["bayes"], seed=0,
+                      max_attack_tokens=3000, deniability_words=20)
+    return run_sweep(cfg, out), out, cfg
+
+
+def _row(df, eps):
+    return df[(df.mechanism == "santext") & np.isclose(df.epsilon.fillna(-1), eps)].iloc[0]
+
+
+def test_clean_accuracy_well_above_chance(sweep):
+    res, _, _ = sweep
+    clean = res.rows[res.rows.mechanism == "none"].iloc[0]
+    _, test = load_task(SweepConfig(max_docs=1500))
+    majority = test["label"].value_counts(normalize=True).max()
+    assert clean.utility_clean > majority + 0.06  # binary task: chance 0.5, majority about 0.57
+
+
+def test_utility_and_bayes_success_grow_with_epsilon(sweep):
+    df = sweep[0].rows
+    u = [_row(df, e).utility_sanitized for e in EPS]
+    b = [_row(df, e).bayes_top1 for e in EPS]
+    tol = 0.03  # about 1.3 standard errors of an accuracy on 1500 test texts
+    assert all(y >= x - tol for x, y in zip(u, u[1:])) and u[-1] > u[0] + 0.05, u
+    assert all(y >= x - 0.01 for x, y in zip(b, b[1:])) and b[-1] > 0.8 > 0.1 > b[0], b
+
+
+def test_bayes_at_tiny_epsilon_is_no_better_than_the_prior(sweep):
+    r = _row(sweep[0].rows, 0.001)
+    # the attack reduces to guessing the prior's mode: identical on the same tokens
+    assert r.bayes_top1 <= r.bayes_prior_top1 + 1e-9
+    assert r.share_changed > 0.99
+
+
+def test_report_has_plots_table_and_cards(sweep):
+    res, out, _ = sweep
+    html = (out / "report.html").read_text("utf-8")
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert len(pngs) >= 3
+    assert len(re.findall(r'src="data:image/png;base64,[A-Za-z0-9+/=]{200,}"', html)) == len(pngs)
+    assert "<table>" in html and html.count("<tr>") == len(res.rows) + 1
+    assert "metric LDP per token" in html  # the privacy card of a SanText cell
+    assert "http" not in html.split("<body>")[1].split("<h2>Settings")[0]  # self-contained
+    data = json.loads((out / "results.json").read_text())
+    assert len(data["results"]) == len(res.rows) == 1 + len(EPS)
+    csv = pd.read_csv(out / "results.csv")
+    assert list(csv["mechanism"]) == list(res.rows["mechanism"])
+
+
+def test_interrupted_sweep_resumes_and_finished_report_needs_overwrite(sweep):
+    res, out, cfg = sweep
+    with pytest.raises(OutputError):
+        run_sweep(cfg, out)
+    again = run_sweep(cfg, out, overwrite=True)
+    assert again.resumed_cells == len(res.rows)
+    pd.testing.assert_frame_equal(again.rows, res.rows)
+    # a setting that changes results uses a separate cache
+    assert replace(cfg, max_docs=1400).cell_hash() != cfg.cell_hash()
+
+
+def test_channel_matches_mechanism_probabilities():
+    from textdp.sanitize import make_mechanism
+
+    texts = ["a good film , a great movie", "the bad , awful plot of the film", "good acting and a bad script"]
+    for name, kw in (("santext", {}), ("santext+", {"w": 0.5, "p": 0.3})):
+        mech = make_mechanism(name, "glove-6b-50d", 2.0, rng=0, **kw).fit(texts)
+        ch = channel_for(mech)
+        words = mech.output_words
+        P = mech.probabilities(words)
+        Q = ch.prob_matrix()
+        np.testing.assert_allclose(Q, P, rtol=1e-6, atol=1e-12)
+
+
+def test_fbdd_calibrated_channel_beats_uncalibrated_on_heavy_noise():
+    from textdp.attacks.bayes import BayesInversion
+    from textdp.evaluate.privacy import AlignedTokens, bayes_attack
+    from textdp.sanitize import make_mechanism
+
+    train, test = load_task(SweepConfig(max_docs=300))
+    texts = train["text"].tolist()
+    mech = make_mechanism("fbdd", "glove-6b-50d", 2.0, rng=1).fit(texts)
+    san = mech.sanitize(texts[:150])
+    from textdp.evaluate import aligned_tokens
+
+    al = aligned_tokens(mech, texts[:150], san)
+    res = bayes_attack(mech, al, rng=np.random.default_rng(0))
+    assert res["bayes_exact_channel"] is False
+    # near-random output at this ε: the calibrated attack must not fall below the prior guess by much
+    assert res["bayes_top1"] >= res["bayes_prior_top1"] - 0.01
+
+
+def test_bad_input():
+    with pytest.raises(InputError):
+        load_task(SweepConfig("no-such-dataset"))
+    with pytest.raises(ParameterError):
+        SweepConfig(mechanisms=["rot13"]).validate()
+    with pytest.raises(ParameterError):
+        SweepConfig(epsilons=[0]).validate()
+    with pytest.raises(ParameterError):
+        SweepConfig(epsilons=["abc"]).validate()
+    with pytest.raises(InputError):
+        make_model("./no/such/model/folder")
+    with pytest.raises(InputError):  # empty sanitized split
+        evaluate_utility(make_model("tfidf"), ["", " "], ["a", "b"], ["x"], ["x"], ["a"])
+    with pytest.raises(InputError):  # texts without labels
+        evaluate_utility(make_model("tfidf"), ["good", "bad"], ["a", None], ["x"], ["x"], ["a"])
+
+
+def test_unlabelled_files_and_offline_model(tmp_path):
+    tr, te = tmp_path / "train.csv", tmp_path / "test.csv"
+    pd.DataFrame({"text": ["good film", "bad film"]}).to_csv(tr, index=False)
+    pd.DataFrame({"text": ["great"]}).to_csv(te, index=False)
+    with pytest.raises(InputError, match="label"):
+        load_task(SweepConfig(f"{tr},{te}"))
+    m = make_model("no-such-org/no-such-model-xyz")
+    with pytest.raises(InputError, match="local model folder"):
+        m.fit(["good", "bad"], ["a", "b"])
+
+
+def test_cli_end_to_end_with_mask_attack(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+    from textdp.models.mlm import PRESETS, MaskedLM, tokenize_words
+    from textdp.data.datasets import load_dataset
+
+    bbc = load_dataset("bbc-news").train["text"].tolist()[:60]
+    mlm = MaskedLM.train_new(tokenize_words(bbc), replace(PRESETS["tiny"], steps=20, vocab_size=800), seed=0)
+    mlm_dir = mlm.save(tmp_path / "mlm")
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(app, ["evaluate", "--mechanisms", "santext,fbdd", "--epsilons", "3", "--max-docs", "80",
+                                 "--mlm", str(mlm_dir), "--max-mask-positions", "300", "-o", str(out), "--seed",
+                                 "0", "--quiet", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    rows = {x["mechanism"]: x for x in data["results"]}
+    assert set(rows) == {"none", "santext", "fbdd"}
+    assert 0 <= rows["santext"]["mask_success"] <= 1
+    assert rows["santext"]["mask_defence"] == pytest.approx(1 - rows["santext"]["mask_success"])
+    assert (out / "report.html").exists()
+    bad = CliRunner().invoke(app, ["evaluate", "--mechanisms", "rot13", "-o", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "unknown mechanism" in bad.output
+    bad = CliRunner().invoke(app, ["evaluate", "--dataset", "nope", "-o", str(tmp_path / "y")])
+    assert bad.exit_code == 2 and "unknown dataset" in bad.output
