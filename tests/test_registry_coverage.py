@@ -34,9 +34,6 @@ PENDING: dict[str, str] = {
     "santext": "sanitize (issue 2): tests/sanitize/test_distributions.py tests it; declare DISTRIBUTION_TESTED there",
     "santext+": "sanitize (issue 2): as santext",
     "fbdd": "sanitize (issue 2): as santext",
-    "bounds.gaussian": "bounds (issue 5): tests/bounds/test_glm_mechanisms.py has test_distribution_*/test_audit_*; declare",
-    "bounds.output_perturbation": "bounds (issue 5): as bounds.gaussian",
-    "bounds.embedding_gaussian": "bounds (issue 5): as bounds.gaussian",
 }
 
 
