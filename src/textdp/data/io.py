@@ -220,12 +220,12 @@ def read_table(
     except pd.errors.EmptyDataError:
         raise InputError(f"{p.name}: no data (the file has no header or rows)") from None
     except pd.errors.ParserError as exc:
-        msg = str(exc).strip().splitlines()[-1][:160]
+        msg = excerpt(str(exc).strip().splitlines()[-1], 100)  # library text may quote input: marked, short
         raise InputError(f"{p.name}: malformed {fmt.upper()} ({msg}); fix the file or choose --format") from None
     except (OSError, ValueError) as exc:
         if isinstance(exc, InputError):
             raise
-        raise InputError(f"{p.name}: cannot read as {fmt} ({type(exc).__name__}: {str(exc)[:120]})") from None
+        raise InputError(f"{p.name}: cannot read as {fmt} ({type(exc).__name__}: {excerpt(str(exc), 100)})") from None
     return _finish(df, p, text_column)
 
 
@@ -310,12 +310,12 @@ def iter_table_chunks(
     except pd.errors.EmptyDataError:
         raise InputError(f"{p.name}: no data (the file has no header or rows)") from None
     except pd.errors.ParserError as exc:
-        msg = str(exc).strip().splitlines()[-1][:160]
+        msg = excerpt(str(exc).strip().splitlines()[-1], 100)  # library text may quote input: marked, short
         raise InputError(f"{p.name}: malformed {fmt.upper()} ({msg})") from None
     except (OSError, ValueError) as exc:
         if isinstance(exc, (InputError, ParameterError)):
             raise
-        raise InputError(f"{p.name}: cannot read as {fmt} ({type(exc).__name__}: {str(exc)[:120]})") from None
+        raise InputError(f"{p.name}: cannot read as {fmt} ({type(exc).__name__}: {excerpt(str(exc), 100)})") from None
     if n == 0:
         raise InputError(f"{p.name}: no rows to read")
 
