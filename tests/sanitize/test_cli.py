@@ -55,6 +55,8 @@ def test_every_format_roundtrip_keeps_other_columns(tmp_path, table, small_glove
     card = json.loads(card_path(out).read_text())
     assert card["mechanism"] == "santext" and card["guarantee"]["kind"] == "metric-dp"
     assert card["guarantee"]["epsilon"] == 2.0 and card["randomness"]["seeded"] is True
+    assert 0 < card["guarantee"]["epsilon0"] < 1e-3 and "float-safe" in card["units"]["epsilon0"]
+    assert card["parameters"]["eta"] == 2.0**-20
     assert card["data"]["oov_tokens"] == summary["oov_tokens"] > 0
     assert "N_w" in card["statistics"]["plausible_deniability"]
     assert card["statistics"]["per_document"]["mean_document_tokens"] == pytest.approx(17 / 4)

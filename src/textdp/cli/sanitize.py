@@ -258,14 +258,18 @@ def _card(mech, stats, source, out, embeddings, privacy_statistics, build_card) 
         mechanism=mech.name,
         parameters=mech.parameters(),
         guarantee=g,
-        units={
+        units=_drop_none({
             "epsilon": "per token, per unit of Euclidean distance between embeddings: "
                        "P[M(x)=y] <= exp(eps*d(x,x')) P[M(x')=y]",
             "per_document": "tokens are sanitized independently; two documents of equal length L are "
                             "eps*sum_i d(x_i,x'_i)-indistinguishable" +
                             (" (+ L*eps0 for SanText+)" if g.kind == "umldp" else ""),
             "neighbours": "replace one token (per-token guarantee); replace tokens position-wise (document)",
-        },
+            "epsilon0": ("additive per-token term: P[M(x)=y] <= exp(eps*d(x,x') + epsilon0) P[M(x')=y]; for "
+                         "santext it is the accounted cost of float-safe sampling (integer weights with a uniform "
+                         "share eta, float64 distances), for santext+ ln(1/p) plus that cost")
+            if g.kind in ("metric-dp", "umldp") and getattr(g, "epsilon0", 0) else None,
+        }),
         data={**source, "documents": stats.documents, "tokens": stats.tokens,
               "oov_tokens": stats.oov_tokens, "oov_policy": mech.oov,
               "embeddings": mech.embeddings.describe(), "vocabulary": vocab,
@@ -277,6 +281,10 @@ def _card(mech, stats, source, out, embeddings, privacy_statistics, build_card) 
         warnings=warnings,
         paper="Yue et al., Findings of ACL 2021 (SanText/SanText+); Feyisetan et al., WSDM 2020 (FBDD)",
     )
+
+
+def _drop_none(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v is not None}
 
 
 def _print_summary(s: dict, seed) -> None:

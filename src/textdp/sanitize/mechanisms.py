@@ -13,22 +13,32 @@ Every mechanism sanitizes each token independently:
 =============  ======================================================  ==================================
 mechanism      p(y | x)                                                guarantee (per token)
 =============  ======================================================  ==================================
-SanText        exp(-eps d(x,y)/2) / Z(x) over the output vocabulary     eps·d(x,x') metric LDP
-SanText+       x sensitive: same, restricted to the sensitive set V_S;  (eps, eps0 = ln(1/p))-UMLDP
+SanText        exp(-eps d(x,y)/2) / Z(x) over the output vocabulary     eps·d(x,x') + eps_s metric LDP
+SanText+       x sensitive: same, restricted to the sensitive set V_S;  (eps, eps0 = ln(1/p) + eps_s)-UMLDP
                x non-sensitive: keep with prob 1-p, else as above
 FBDD           nearest output word to phi(x) + z,                       eps·d(x,x') metric LDP
                z ~ density ∝ exp(-eps ||z||)
 =============  ======================================================  ==================================
 
-with ``d`` the Euclidean distance between raw embedding vectors. Per-token
+with ``d`` the Euclidean distance between raw embedding vectors and ``eps_s``
+(``mech.sampling_epsilon0``, ~1e-5) the accounted cost of float-safe sampling. Per-token
 guarantees compose over a document's tokens: two documents of equal length L
 are ``eps · Σ_i d(x_i, x'_i)``-indistinguishable (plus ``L·eps0`` for SanText+).
 
+Sampling is float-safe (issue 8): SanText and SanText+ draw through the
+integer-weighted exponential mechanism of :mod:`textdp.noise` (uniform share
+``eta``, exact integer sampling; :mod:`textdp.sanitize.sampling`), so no output
+ever has probability 0; the accounted extra loss is ``guarantee.epsilon0``
+(about ``1.2e-5·eps`` for GloVe 6B 50d). SanText+'s keep/resample coin is an
+exact Bernoulli; FBDD's noise comes from :func:`textdp.noise.gamma` and
+:func:`textdp.noise.uniform_direction`.
+
 Performance: each *distinct* input word's distribution is computed once per
-call, in blocks of ``B`` words (one GEMM per block, memory ``B × |V_out|``
-float32, set by ``block_bytes``), and all its occurrences are sampled at once.
-The ``V × V`` matrix of the official code is never built, so the full
-400k-word GloVe output vocabulary works in well under 2 GB.
+call, in blocks of ``B`` words (one float64 GEMM per block, memory
+``B × |V_out|`` float64, set by ``block_bytes``), and all its occurrences are
+sampled at once (numba kernel, numpy fallback). The ``V × V`` matrix of the
+official code is never built, so the full 400k-word GloVe output vocabulary
+works in well under 2 GB.
 
 Public API used by other capabilities (attacks, evaluation, audit):
 
@@ -38,7 +48,11 @@ Public API used by other capabilities (attacks, evaluation, audit):
   (int64 ``(V_out,)`` embedding rows) -- the output vocabulary, in column order.
 * ``mech.input_rows(words)`` -> int64 embedding rows (-1 if out of vocabulary).
 * ``mech.probabilities(words_or_rows)`` -> float64 ``(k, V_out)``: the exact
-  output distribution of each input word (SanText, SanText+), rows sum to 1.
+  output distribution each input word is sampled from (SanText, SanText+; the
+  integer law of the secure sampler), rows sum to 1.
+  ``mech.ideal_probabilities(words)``: the paper's formula in float64 (no uniform
+  mix); the two differ by a factor within ``exp(±epsilon0)``-ish (see
+  :func:`textdp.sanitize.sampling.sampling_epsilon0`).
   FBDD has no closed form: use ``mech.estimate_probabilities``.
 * ``mech.sample_rows(rows, rng)`` -> int64 output embedding rows, one
   independent draw per entry of ``rows`` (in-vocabulary inputs only).
@@ -60,14 +74,10 @@ import numpy as np
 
 from textdp.accounting import UMLDP, MetricDP
 from textdp.errors import InputError, ParameterError
-from textdp.noise import gamma, make_rng, random_source, uniform_direction
+from textdp.noise import DEFAULT_ETA, bernoulli, gamma, make_rng, random_source, uniform_direction
+from textdp.sanitize import sampling
 from textdp.sanitize.corpus import TokenizedTexts, tokenize_texts
-from textdp.sanitize.sampling import (
-    DEFAULT_BLOCK_BYTES,
-    ExponentialKernel,
-    sample_categorical_rows,
-    squared_norms,
-)
+from textdp.sanitize.sampling import DEFAULT_BLOCK_BYTES, MIN_BLOCK_ROWS, DistanceKernel, squared_norms
 
 __all__ = ["TokenSanitizer", "SanText", "SanTextPlus", "FBDD", "SanitizeStats", "OOV_POLICIES", "OUTPUT_VOCABULARIES"]
 
@@ -195,8 +205,11 @@ class TokenSanitizer:
         (released unchanged: NO protection for them; only when asked for).
     rng: ``None`` (cryptographically secure, fresh), an int seed (reproducible,
         not for release) or a ``numpy.random.Generator``.
-    block_bytes: memory budget of one weight block (default 8 MiB; memory use is
-        about ``workers × block_bytes`` plus the output embeddings).
+    block_bytes: memory budget of one weight block (default 16 MiB, but at least
+        16 rows; memory use is about ``workers × block_bytes`` plus the output
+        embeddings as float64).
+    eta: uniform share mixed into SanText's exponential mechanism by the
+        float-safe sampler (default ``2**-20``; see :mod:`textdp.sanitize.sampling`).
     workers: threads computing blocks in parallel (default ``min(4, cpu_count)``);
         every block draws from its own child stream (``rng.spawn``), so a seeded
         run gives the same output for any number of workers.
@@ -209,8 +222,14 @@ class TokenSanitizer:
 
     def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, output_vocabulary="corpus",
                  oov: str = "uniform", unk_token: str = "[UNK]", rng=None, block_bytes: int = DEFAULT_BLOCK_BYTES,
-                 workers: int | None = None):
+                 workers: int | None = None, eta: float = DEFAULT_ETA):
         self.epsilon = check_epsilon(epsilon)
+        try:
+            self.eta = float(eta)
+        except (TypeError, ValueError):
+            raise ParameterError(f"eta must be a number in (0, 1), got {eta!r}") from None
+        if not (0.0 < self.eta < 1.0):
+            raise ParameterError(f"eta must be in (0, 1), got {eta!r}")
         if isinstance(output_vocabulary, str):
             if output_vocabulary not in OUTPUT_VOCABULARIES:
                 raise ParameterError(
@@ -386,7 +405,7 @@ class TokenSanitizer:
 
     def parameters(self) -> dict:
         """The mechanism's parameters, for cards and summaries."""
-        p = {"epsilon": self.epsilon, "oov": self.oov,
+        p = {"epsilon": self.epsilon, "oov": self.oov, "eta": self.eta,
              "output_vocabulary": self.output_vocabulary if isinstance(self.output_vocabulary, str) else "custom"}
         if self.oov == "unk":
             p["unk_token"] = self.unk_token
@@ -459,33 +478,39 @@ class TokenSanitizer:
     def _block_rows(self, width: int) -> int:
         return max(1, self.block_bytes // (4 * max(1, width)))
 
+    def _exp_block_rows(self, width: int, n: int) -> int:
+        """Rows per float64 block: ``block_bytes / (8 width)``, at least 16 (and at most ``n``)."""
+        return max(1, min(n, max(MIN_BLOCK_ROWS, self.block_bytes // (8 * max(1, width)))))
+
     def _exp_sample(self, rows: np.ndarray, out_rows: np.ndarray, rng, progress) -> np.ndarray:
-        """Exponential-mechanism draws for every entry of ``rows`` over ``out_rows``:
-        distinct words in blocks, all occurrences of a word at once."""
+        """Float-safe exponential-mechanism draws for every entry of ``rows`` over
+        ``out_rows``: distinct words in blocks, all occurrences of a word at once
+        (:func:`textdp.sanitize.sampling.sample_block`)."""
         uniq, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
         order = np.argsort(inverse, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(counts)])
         kernel = self._kernel(out_rows)
-        pos = np.full(len(self.embeddings), -1, dtype=np.int64)
-        pos[out_rows] = np.arange(len(out_rows))
-        self_cols = pos[uniq]
+        self_cols = self._self_cols(uniq, out_rows)
         result = np.empty(len(rows), dtype=np.int64)
-        b = self._block_rows(len(out_rows))
+        b = self._exp_block_rows(len(out_rows), len(uniq))
         blocks = [(s, min(len(uniq), s + b)) for s in range(0, len(uniq), b)]
+        numba = sampling.use_numba(len(uniq) * len(out_rows))
         try:  # one child stream per block: the result does not depend on the number of workers
             gens = rng.spawn(len(blocks))
         except (TypeError, ValueError, AttributeError):
             gens = None
         workers = self.workers if gens is not None else 1
         local = threading.local()
+        vectors = self.embeddings.vectors
 
         def run(i):
             s, e = blocks[i]
             buf = getattr(local, "buf", None)
             if buf is None:
-                buf = local.buf = np.empty((min(b, len(uniq)), len(out_rows)), dtype=np.float32)
-            w = kernel.weights(self.embeddings.vectors[uniq[s:e]], self_cols[s:e], out=buf)
-            draws = sample_categorical_rows(w, counts[s:e], gens[i] if gens is not None else rng)
+                buf = local.buf = np.empty((b, len(out_rows)), dtype=np.float64)
+            g = kernel.scaled_sq(vectors[uniq[s:e]], out=buf)
+            draws = sampling.sample_block(g, self_cols[s:e], counts[s:e], gens[i] if gens is not None else rng,
+                                          self.eta, numba=numba)
             result[order[bounds[s]:bounds[e]]] = out_rows[draws]
             return int(bounds[e] - bounds[s])
 
@@ -501,18 +526,50 @@ class TokenSanitizer:
                     progress(k)
         return result
 
-    def _kernel(self, out_rows: np.ndarray) -> ExponentialKernel:
+    def _self_cols(self, rows: np.ndarray, out_rows: np.ndarray) -> np.ndarray:
+        pos = np.full(len(self.embeddings), -1, dtype=np.int64)
+        pos[out_rows] = np.arange(len(out_rows))
+        return pos[rows]
+
+    def _geometry(self) -> tuple[np.ndarray, float]:
+        """Centre and radius of the whole embedding table (data-independent; cached)."""
+        geo = getattr(self, "_geometry_cache", None)
+        if geo is None:
+            geo = self._geometry_cache = sampling.table_geometry(self.embeddings.vectors)
+        return geo
+
+    def _kernel(self, out_rows: np.ndarray) -> DistanceKernel:
         key = (id(out_rows), len(out_rows))
         cache = getattr(self, "_kernel_cache", None)
         if cache is None or cache[0] != key:
             vec = self.embeddings.vectors
             y = vec if len(out_rows) == len(vec) and np.array_equal(out_rows, np.arange(len(vec))) else vec[out_rows]
-            cache = (key, ExponentialKernel(y, self.epsilon))
+            cache = (key, DistanceKernel(y, self.epsilon, self._geometry()[0]))
             self._kernel_cache = cache
         return cache[1]
 
+    @property
+    def sampling_epsilon0(self) -> float:
+        """Additive per-token privacy loss of the float-safe sampler over the ideal
+        mechanism (:func:`textdp.sanitize.sampling.sampling_epsilon0`; depends only
+        on eps, eta and the embedding table, not on the data)."""
+        return sampling.sampling_epsilon0(self.epsilon, self.embeddings.dim, self._geometry()[1],
+                                          len(self.embeddings), self.eta)
+
+    def _exp_realised(self, rows: np.ndarray, out_rows: np.ndarray) -> np.ndarray:
+        """The law the secure sampler draws from: float64 ``(k, len(out_rows))`` (blocks
+        of at most 64 rows through the same kernel as :meth:`_exp_sample`)."""
+        kernel = self._kernel(out_rows)
+        self_cols = self._self_cols(rows, out_rows)
+        out = np.empty((len(rows), len(out_rows)))
+        numba = sampling.use_numba(len(rows) * len(out_rows))
+        for s in range(0, len(rows), 64):
+            g = kernel.scaled_sq(self.embeddings.vectors[rows[s:s + 64]])
+            out[s:s + 64] = sampling.block_probabilities(g, self_cols[s:s + 64], self.eta, numba=numba)
+        return out
+
     def _exp_probabilities(self, rows: np.ndarray, out_rows: np.ndarray) -> np.ndarray:
-        """Exact float64 ``(k, len(out_rows))`` rows ``exp(-eps d/2)/Z`` (direct differences)."""
+        """Ideal float64 ``(k, len(out_rows))`` rows ``exp(-eps d/2)/Z`` (direct differences, no mix)."""
         y = np.asarray(self.embeddings.vectors[out_rows], dtype=np.float64)
         out = np.empty((len(rows), len(out_rows)))
         for i, r in enumerate(rows.tolist()):
@@ -528,8 +585,11 @@ class SanText(TokenSanitizer):
     """SanText (Yue et al. 2021, Sec. 4.2): ``p(y|x) = exp(-eps·d(x,y)/2) / Z(x)``
     over the output vocabulary, ``d`` the Euclidean distance of raw embeddings.
 
-    Guarantee: ``eps·d(x,x')`` metric LDP per token (triangle inequality:
-    ``p(y|x)/p(y|x') <= exp(eps·d(x,x'))``, spec A.3).
+    Guarantee: ``eps·d(x,x') + epsilon0`` metric LDP per token (triangle
+    inequality: ``p(y|x)/p(y|x') <= exp(eps·d(x,x'))``, spec A.3), where
+    ``epsilon0`` (:attr:`sampling_epsilon0`, about ``1.2e-5·eps`` for GloVe 6B
+    50d) is the accounted cost of the float-safe integer sampler, which draws
+    from ``(1 - eta) p + eta / V`` (:mod:`textdp.sanitize.sampling`).
     Example: ``SanText("glove-6b-50d", epsilon=3).fit(texts).sanitize(texts)``.
     """
 
@@ -540,7 +600,8 @@ class SanText(TokenSanitizer):
 
     @property
     def guarantee(self) -> MetricDP:
-        return MetricDP(epsilon=self.epsilon, metric=f"euclidean ({self.embeddings.source})", unit="token")
+        return MetricDP(epsilon=self.epsilon, metric=f"euclidean ({self.embeddings.source})", unit="token",
+                        epsilon0=self.sampling_epsilon0)
 
     def sample_rows(self, rows, rng=None, progress=None) -> np.ndarray:
         self._prepare()
@@ -548,6 +609,17 @@ class SanText(TokenSanitizer):
         return self._exp_sample(rows, self.output_rows, self.rng if rng is None else rng, progress)
 
     def probabilities(self, words) -> np.ndarray:
+        """The exact law each word is sampled from: float64 ``(k, V_out)``, the
+        integer weights of the float-safe sampler normalised (``(1 - eta) p + eta/V``
+        up to a relative ``~1e-8``)."""
+        self._prepare()
+        rows = self.input_rows(words)
+        if (rows < 0).any():
+            raise ParameterError("probabilities needs in-vocabulary words")
+        return self._exp_realised(rows, self.output_rows)
+
+    def ideal_probabilities(self, words) -> np.ndarray:
+        """The paper's ``exp(-eps d/2) / Z`` in float64 (no uniform mix), ``(k, V_out)``."""
         self._prepare()
         rows = self.input_rows(words)
         if (rows < 0).any():
@@ -573,8 +645,11 @@ class SanTextPlus(TokenSanitizer):
     ``V_S`` with ``exp(-eps·d/2) / Z_S(x)``.
 
     Guarantee (spec A.4, derived): ``(eps, eps0)``-UMLDP per token with
-    ``eps0 = ln(1/p)`` (infinite for ``p = 0``: non-sensitive words then get no
-    protection); a non-sensitive output is only ever produced by itself.
+    ``eps0 = ln(1/p) + sampling_epsilon0`` (infinite for ``p = 0``: non-sensitive
+    words then get no protection; the second term is the float-safe sampler's
+    accounted cost, as for SanText); a non-sensitive output is only ever produced
+    by itself. The keep/resample coin is an exact Bernoulli(p)
+    (:func:`textdp.noise.bernoulli`).
     OOV tokens (policy ``uniform``) are drawn uniformly from ``V_S``.
     """
 
@@ -629,7 +704,7 @@ class SanTextPlus(TokenSanitizer):
 
     @property
     def guarantee(self) -> UMLDP:
-        eps0 = math.inf if self.p == 0 else math.log(1.0 / self.p)
+        eps0 = math.inf if self.p == 0 else math.log(1.0 / self.p) + self.sampling_epsilon0
         return UMLDP(epsilon=self.epsilon, epsilon0=eps0, metric=f"euclidean ({self.embeddings.source})",
                      sensitive_fraction=self.w, unit="token")
 
@@ -654,7 +729,7 @@ class SanTextPlus(TokenSanitizer):
         resample = sens.copy()
         non = np.flatnonzero(~sens)
         if len(non) and self.p > 0:
-            resample[non] = rng.random(len(non)) < self.p
+            resample[non] = bernoulli(self.p, len(non), rng)
         out = rows.copy()
         idx = np.flatnonzero(resample)
         if progress is not None and len(rows) - len(idx):
@@ -665,8 +740,16 @@ class SanTextPlus(TokenSanitizer):
         return out
 
     def probabilities(self, words) -> np.ndarray:
-        """Exact ``(k, V_out)`` rows: sensitive x: ``exp(-eps d/2)/Z_S`` on V_S;
+        """Exact ``(k, V_out)`` rows of the law sampled: sensitive x: the float-safe
+        ``exp(-eps d/2)/Z_S`` law on V_S (see :meth:`SanText.probabilities`);
         non-sensitive x: ``1-p`` on x itself plus ``p`` times that row."""
+        return self._probabilities(words, ideal=False)
+
+    def ideal_probabilities(self, words) -> np.ndarray:
+        """As :meth:`probabilities` with the paper's float64 formula (no uniform mix)."""
+        return self._probabilities(words, ideal=True)
+
+    def _probabilities(self, words, ideal: bool) -> np.ndarray:
         self._prepare()
         rows = self.input_rows(words)
         if (rows < 0).any():
@@ -674,7 +757,8 @@ class SanTextPlus(TokenSanitizer):
         out = np.zeros((len(rows), len(self.output_rows)))
         cols = self._out_pos[self.sensitive_rows]
         if len(self.sensitive_rows):
-            out[:, cols] = self._exp_probabilities(rows, self.sensitive_rows)
+            law = self._exp_probabilities if ideal else self._exp_realised
+            out[:, cols] = law(rows, self.sensitive_rows)
         sens = self._sensitive_mask[rows]
         for i in np.flatnonzero(~sens).tolist():
             out[i] *= self.p
@@ -705,6 +789,11 @@ class FBDD(TokenSanitizer):
     @property
     def guarantee(self) -> MetricDP:
         return MetricDP(epsilon=self.epsilon, metric=f"euclidean ({self.embeddings.source})", unit="token")
+
+    def parameters(self) -> dict:
+        d = super().parameters()
+        d.pop("eta", None)  # FBDD does not use the categorical sampler
+        return d
 
     def noise(self, n: int, rng=None) -> np.ndarray:
         """``(n, m)`` float64 noise vectors with density ``∝ exp(-eps ||z||)``."""

@@ -1,48 +1,72 @@
-"""Blocked, vectorised sampling for token-level sanitizers.
+"""Float-safe, blocked, vectorised sampling for SanText and SanText+.
 
-Two pieces, kept apart so that each can be replaced on its own:
+Three pieces:
 
-* :class:`ExponentialKernel` turns a block of ``B`` input embeddings into the
-  unnormalised SanText weights ``w[b, j] = exp(-(eps/2)·(d(x_b, y_j) - d_0(b)))``
-  over the ``V`` output words (``d_0(b)`` a per-row offset: the distance to the
-  nearest output word, or 0 for a word that is itself an output; the offset
-  cancels in the normalised distribution and keeps the largest weight at 1).
-  One float32 GEMM per block on augmented vectors gives ``(eps/2)²·d²`` directly
-  (``[x, |x|², 1]·(eps/2)²[-2y, 1, |y|²]``), then three in-place passes (clamp,
-  sqrt, subtract) and one ``exp``. Memory is one ``(B, V)`` float32 block, never
-  ``V × V``.
-* :func:`sample_categorical_rows` is **the** single place where a categorical
-  draw happens. Given the ``(B, V)`` weights and the number of draws per row it
-  returns all draws of the block. Rows with many draws use a full float64
-  cumulative sum and binary search; rows with few draws use a two-level inverse
-  CDF: float32 chunk sums (``C ≈ sqrt(V)`` columns each), inflated to certified
-  upper bounds, pick a chunk; the chunk's own float64 cumulative sum picks the
-  column; a target that falls in the (tiny, ~1e-5 relative) slack between the
-  bound and the chunk's true sum is rejected and redrawn. So every draw is
-  exactly proportional to the given weights, at a cost of about one pass over
-  the block plus ``O(sqrt(V))`` per draw.
+* :class:`DistanceKernel` turns a block of ``B`` input embeddings into
+  ``g = (eps/2)^2 d~^2``, a ``(B, V)`` float64 block of scaled squared Euclidean
+  distances to the ``V`` output words: one float64 GEMM on augmented centred
+  vectors (``[x, |x|^2, 1] . (eps/2)^2 [-2y, 1, |y|^2]``). Memory: one block,
+  never ``V x V``.
+* :func:`sample_block` draws from the exponential mechanism of each row,
+  ``p(y_j | x) ∝ exp(-s_j)`` with ``s_j = sqrt(g_j) = (eps/2) d(x, y_j)``,
+  through the **float-safe integer construction of** :mod:`textdp.noise`
+  (:func:`textdp.noise.categorical_from_log_weights`): the law is mixed with a
+  uniform share ``eta`` (default ``2**-20``), turned into integer weights
+  ``c_j = rint(2^62 ((1-eta) p_j + eta/V))`` and sampled with one exact uniform
+  integer in ``[0, sum c)`` and an integer binary search. No outcome ever has
+  probability 0 (each has at least about ``eta/V``), so the support does not
+  depend on the input -- the flaw of a float softmax + cumulative sum, where
+  weights below ``2**-53`` (or ``e^-87`` in float32) of the total vanish.
+  The numba kernels (:mod:`textdp.sanitize._kernels`) compute the same
+  construction fused per row (exp, normalise, integer rounding, cumulative sum,
+  in place); without numba, or for small jobs (numba's start-up costs ~1 s),
+  :class:`textdp.noise.ExactCategorical` does it in numpy. Both consume the
+  generator identically (:func:`uniform_below`), so a seeded run gives the same
+  draws either way (except with probability ~1e-9 per draw, where the two
+  backends' integer weights, which agree to a relative ~1e-8, differ exactly
+  under the uniform).
+* :func:`block_probabilities` returns the law actually sampled (``c / sum c``,
+  float64) for the same rows, for tests, attacks and cards.
 
-Floating point (documented deviation, see issue 8): weights are float32 and the
-squared distances come from a float32 GEMM (about 1e-4 relative error in a
-weight); weights more than ``e^-87`` below a row's largest weight underflow to 0.
-:meth:`textdp.sanitize.SanText.probabilities` computes the exact float64
-distribution independently. The trust engineer's hardened samplers
-(:mod:`textdp.noise`, issue 8) are meant to replace :func:`sample_categorical_rows`;
-keep its signature.
+Accounting (:func:`sampling_epsilon0`): the realised law differs from the ideal
+``exp(-eps d/2)/Z`` by (i) the uniform mix, which cannot raise the privacy
+loss (mediant inequality; see :func:`textdp.noise.categorical_discretisation_epsilon`),
+(ii) the integer rounding, bounded by that function, (iii) the float64 GEMM
+error in ``d`` and (iv) the float error of ``exp`` and of the row sum. Items
+(ii)-(iv) make the guarantee ``p(y|x) <= exp(eps d(x,x') + epsilon0) p(y|x')``
+with ``epsilon0`` about ``1e-5 * eps`` for GloVe 6B 50d; the mechanisms put it in
+``guarantee.epsilon0`` and the privacy card.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import weakref
 
 import numpy as np
 
-__all__ = ["ExponentialKernel", "sample_categorical_rows", "squared_norms", "DEFAULT_BLOCK_BYTES"]
+from textdp.errors import ParameterError
+from textdp.noise import DEFAULT_ETA, ExactCategorical, categorical_discretisation_epsilon
 
-#: default memory budget for one ``(B, V_out)`` float32 weight block
-DEFAULT_BLOCK_BYTES = 8 * 2**20
-_MAX_GATHER = 2**21  # elements gathered at once by the within-chunk search
-_U32 = 2.0**-24
+__all__ = [
+    "DistanceKernel", "sample_block", "block_probabilities", "sampling_epsilon0", "table_geometry", "uniform_below",
+    "squared_norms", "numba_available", "DEFAULT_BLOCK_BYTES", "DEFAULT_ETA", "BACKEND_ENV",
+]
+
+#: default memory budget for one ``(B, V_out)`` float64 block (at least 16 rows are used)
+DEFAULT_BLOCK_BYTES = 16 * 2**20
+MIN_BLOCK_ROWS = 16
+#: environment variable selecting the sampler backend: auto (default) | numba | numpy
+BACKEND_ENV = "TEXTDP_SANITIZE_BACKEND"
+#: below this many weights (distinct words x output words) ``auto`` uses numpy (numba's start-up is ~1 s)
+AUTO_NUMBA_MIN_WEIGHTS = 1 << 23
+_U = 2.0**-53  # unit roundoff of float64
+_CLAMP = 700.0  # exp arguments are clamped to >= -700 (numba kernel)
+#: relative error bound of the numba kernel's exp (degree-7 Taylor remainder 7.5e-9 + rounding)
+EXP_RELATIVE_ERROR = 1e-8
+
+_kernels = None
 
 
 def squared_norms(vectors: np.ndarray) -> np.ndarray:
@@ -51,141 +75,261 @@ def squared_norms(vectors: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", v, v)
 
 
-class ExponentialKernel:
-    """SanText weights of input blocks against a fixed output set.
+def numba_available() -> bool:
+    """Whether the numba kernels can be used (imports numba on first call)."""
+    global _kernels
+    if _kernels is None:
+        from textdp.sanitize import _kernels as k
 
-    y: ``(V, m)`` output embeddings (any float dtype); epsilon: the privacy
-    parameter (weights use ``eps/2``, Yue et al. 2021 Sec. 4.2). The output set
-    is centred on its mean (distances are translation invariant; centring
-    reduces float32 cancellation).
+        _kernels = k
+    return bool(_kernels.AVAILABLE)
+
+
+def _k():
+    if not numba_available():
+        raise ParameterError(f"the numba sampler needs numba (pip install numba); or set {BACKEND_ENV}=numpy")
+    return _kernels
+
+
+def use_numba(n_weights: int) -> bool:
+    """Backend choice for a job of ``n_weights`` weights (``$TEXTDP_SANITIZE_BACKEND``:
+    ``auto`` (default: numba for jobs of at least 2^23 weights), ``numba`` or ``numpy``)."""
+    mode = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "numba", "numpy"):
+        raise ParameterError(f"{BACKEND_ENV} must be auto, numba or numpy, got {mode!r}")
+    if mode == "numpy":
+        return False
+    if mode == "auto" and n_weights < AUTO_NUMBA_MIN_WEIGHTS:
+        return False
+    return numba_available()
+
+
+_GEOMETRY: dict[int, tuple] = {}
+
+
+def table_geometry(vectors: np.ndarray, chunk_rows: int = 65536) -> tuple[np.ndarray, float]:
+    """``(center, radius)`` of a whole embedding table: its float64 mean and the largest
+    Euclidean norm of a centred row. Chunked (memory O(chunk)); cached per array."""
+    key = id(vectors)
+    hit = _GEOMETRY.get(key)
+    if hit is not None and hit[0]() is vectors:
+        return hit[1], hit[2]
+    n, m = vectors.shape
+    total = np.zeros(m)
+    for s in range(0, n, chunk_rows):
+        total += np.asarray(vectors[s : s + chunk_rows], dtype=np.float64).sum(axis=0)
+    center = total / max(n, 1)
+    r2 = 0.0
+    for s in range(0, n, chunk_rows):
+        c = np.asarray(vectors[s : s + chunk_rows], dtype=np.float64) - center
+        r2 = max(r2, float(np.einsum("ij,ij->i", c, c).max(initial=0.0)))
+    radius = math.sqrt(r2) * (1 + 1e-12)
+    try:
+        _GEOMETRY[key] = (weakref.ref(vectors), center, radius)
+    except TypeError:  # not weak-referenceable: no caching
+        pass
+    return center, radius
+
+
+def sampling_epsilon0(epsilon: float, dim: int, radius: float, n_outcomes: int, eta: float = DEFAULT_ETA) -> float:
+    """Additive privacy loss per draw of the secure SanText sampler over the ideal law.
+
+    The guarantee is ``p(y|x) <= exp(eps d(x,x') + epsilon0) p(y|x')`` with
+    ``epsilon0 = categorical_discretisation_epsilon(V, eta) + 4 Delta + 4 rho``:
+
+    * ``Delta`` bounds ``|s~ - s|``, the error of a computed scaled distance
+      ``s = (eps/2) d``. The GEMM computes ``g = (eps/2)^2 d^2`` as an inner
+      product of ``n = dim + 2`` terms whose absolute values sum to at most
+      ``(eps/2)^2 (|x| + |y|)^2 <= (eps/2)^2 (2R)^2`` (centred vectors, ``R`` =
+      ``radius``), so ``|g~ - g| <= E = gamma_k (eps R)^2`` with
+      ``gamma_k = k u / (1 - k u)``, ``k = 2 dim + 8`` (the GEMM, the norms, the
+      centring and the scaling), ``u = 2^-53``; and ``|sqrt(a) - sqrt(b)| <=
+      sqrt(|a - b|)`` gives ``Delta = sqrt(E) + 8 u eps R`` (sqrt rounding).
+      A computed-distance law is then within ``exp(+-2 Delta)`` of the ideal one
+      (numerator and normaliser), hence ``4 Delta`` on a ratio.
+    * ``rho`` bounds the relative error of each computed weight and of the row
+      sum: ``exp`` (1e-8, :mod:`textdp.sanitize._kernels`; numpy's exp is far
+      better), the rounding of its argument (``700 u``), the clamp at
+      ``e^-700`` (absolute, far below the ``eta/V`` floor), the row sum
+      (``(V + 16) u``); ``4 rho`` on a ratio.
+    * ``categorical_discretisation_epsilon`` covers the integer rounding and the
+      float evaluation of the mixed law (:mod:`textdp.noise`).
+
+    ``n_outcomes``: size of the output vocabulary (an upper bound is fine: the
+    mechanisms pass the embedding table size, so the value is data-independent).
+    Returns a float (about ``1.2e-5 * eps`` for GloVe 6B 50d, ``R`` = 14.2).
+    """
+    eps = float(epsilon)
+    k = 2 * int(dim) + 8
+    gamma = k * _U / (1 - k * _U)
+    e_abs = gamma * (eps * radius) ** 2
+    delta = math.sqrt(e_abs) + 8 * _U * eps * radius
+    rho = EXP_RELATIVE_ERROR + _CLAMP * _U + (int(n_outcomes) + 16) * _U
+    return categorical_discretisation_epsilon(int(n_outcomes), eta) + 4 * delta + 4 * rho
+
+
+class DistanceKernel:
+    """Scaled squared distances ``(eps/2)^2 d^2`` of input blocks to a fixed output set.
+
+    y: ``(V, m)`` output embeddings (any float dtype, may be a memory map);
+    epsilon: the privacy parameter (SanText uses ``eps/2``, Yue et al. 2021
+    Sec. 4.2); center: float64 ``(m,)`` subtracted from every vector (distances
+    are translation invariant; the table mean keeps norms, hence GEMM errors,
+    small -- see :func:`sampling_epsilon0`). Memory: ``8 (m + 2) V`` bytes.
     """
 
-    def __init__(self, y: np.ndarray, epsilon: float, chunk_rows: int = 65536):
+    def __init__(self, y: np.ndarray, epsilon: float, center: np.ndarray, chunk_rows: int = 65536):
         v, m = y.shape
         c2 = (0.5 * float(epsilon)) ** 2
-        total = np.zeros(m)
+        self.center = np.asarray(center, dtype=np.float64)
+        yat = np.empty((m + 2, v), dtype=np.float64)
         for s in range(0, v, chunk_rows):  # chunked: memory stays O(chunk) beyond the result
-            total += np.asarray(y[s : s + chunk_rows], dtype=np.float64).sum(axis=0)
-        self.center = total / max(v, 1)
-        yat = np.empty((m + 2, v), dtype=np.float32)
-        for s in range(0, v, chunk_rows):
             yc = np.asarray(y[s : s + chunk_rows], dtype=np.float64) - self.center
             yat[:m, s : s + len(yc)] = (-2.0 * c2 * yc).T
             yat[m, s : s + len(yc)] = c2
             yat[m + 1, s : s + len(yc)] = c2 * squared_norms(yc)
-        self._yaT = yat  # (m+2, V) float32
+        self._yaT = yat
         self.v = v
         self.epsilon = float(epsilon)
 
-    def weights(self, x: np.ndarray, self_cols: np.ndarray | None = None, out: np.ndarray | None = None
-                ) -> np.ndarray:
-        """``(B, V)`` float32 weights for input embeddings ``x`` (``(B, m)``).
-
-        self_cols: int ``(B,)`` column of each input word in the output set, or
-        -1 (then the row minimum is used as offset). ``out``: reusable buffer with
-        at least ``B`` rows.
-        """
+    def scaled_sq(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``(B, V)`` float64 ``(eps/2)^2 d~(x_b, y_j)^2`` (may be slightly negative
+        for coincident vectors: callers clamp at 0). ``out``: reusable float64
+        buffer with at least ``B`` rows (its first ``B`` rows are returned)."""
         b = x.shape[0]
         xc = np.asarray(x, dtype=np.float64) - self.center
-        xa = np.empty((b, xc.shape[1] + 2), dtype=np.float32)
+        xa = np.empty((b, xc.shape[1] + 2), dtype=np.float64)
         xa[:, :-2] = xc
         xa[:, -2] = squared_norms(xc)
         xa[:, -1] = 1.0
-        if out is None or out.shape[0] < b or out.shape[1] != self.v:
-            out = np.empty((b, self.v), dtype=np.float32)
+        if out is None or out.shape[0] < b or out.shape[1] != self.v or out.dtype != np.float64:
+            out = np.empty((b, self.v), dtype=np.float64)
         g = out[:b]
-        np.matmul(xa, self._yaT, out=g)  # (eps/2)^2 * squared distances
-        np.maximum(g, 0.0, out=g)
-        np.sqrt(g, out=g)  # (eps/2) * d
-        if self_cols is None:
-            off = g.min(axis=1)
-        else:
-            self_cols = np.asarray(self_cols)
-            off = np.where(self_cols >= 0, g[np.arange(b), np.maximum(self_cols, 0)], np.float32(0))
-            need = np.flatnonzero(self_cols < 0)
-            if len(need):
-                off[need] = g[need].min(axis=1)
-        np.subtract(off[:, None], g, out=g)
-        np.exp(g, out=g)
+        np.matmul(xa, self._yaT, out=g)
         return g
 
 
-def sample_categorical_rows(weights: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Independent draws from the categorical distributions given by weight rows.
+def _check_block(g: np.ndarray, self_cols) -> np.ndarray:
+    if g.ndim != 2 or g.dtype != np.float64 or not g.flags.c_contiguous:
+        raise ParameterError("g must be a C-contiguous float64 (rows, outcomes) block")
+    if self_cols is None:
+        return np.full(g.shape[0], -1, dtype=np.int64)
+    sc = np.ascontiguousarray(self_cols, dtype=np.int64)
+    if sc.shape != (g.shape[0],) or (sc >= g.shape[1]).any():
+        raise ParameterError("self_cols must give one column (or -1) per row")
+    has = np.flatnonzero(sc >= 0)
+    g[has, sc[has]] = 0.0  # d(x, x) = 0 exactly (the GEMM leaves ~1e-15, i.e. s ~ 3e-8)
+    return sc
 
-    weights: ``(B, V)`` non-negative, finite, each row with a positive sum
-    (float32 or float64; not modified). counts: ``(B,)`` int, draws per row.
-    rng: the explicit Generator every uniform comes from.
-    Returns int64 ``(counts.sum(),)`` column indices in ``[0, V)``: first the
-    ``counts[0]`` draws of row 0, then those of row 1, and so on. Draw ``i`` of
-    row ``b`` equals ``j`` with probability ``weights[b, j] / weights[b].sum()``
-    (up to the 53-bit resolution of the uniforms). Method in the module docstring.
-    This is the function to swap for a floating-point-hardened sampler (issue 8).
+
+class _IntegerLaw:
+    """Integer weights of a block's rows, as built by one backend.
+
+    numba: ``c`` (``(B, V)`` int64 weights) and ``csum`` (cumulative chunk sums);
+    numpy: ``cdf`` (``(B, V)`` int64 cumulative weights, from textdp.noise)."""
+
+    def __init__(self, g: np.ndarray, sc: np.ndarray, eta: float, numba: bool):
+        self.numba = numba
+        if numba:
+            k = _k()
+            self.csum = np.empty((g.shape[0], -(-g.shape[1] // k.CHUNK)), dtype=np.int64)
+            self.c = k.integer_weights_rows(g, sc, float(eta), self.csum)
+            self.totals = self.csum[:, -1]
+        else:  # log-weights -sqrt(max(g, 0)) (in place) into textdp.noise's sampler
+            np.maximum(g, 0.0, out=g)
+            np.sqrt(g, out=g)
+            np.negative(g, out=g)
+            self.cdf = ExactCategorical(g, eta).cdf.view(np.int64)
+            self.totals = self.cdf[:, -1]
+
+    def search(self, rows: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Smallest ``j`` whose cumulative weight in row ``rows[k]`` exceeds ``u[k]``
+        (``rows`` grouped, non-decreasing)."""
+        if self.numba:
+            return _kernels.search_rows(self.c, self.csum, rows, u, np.empty(rows.size, dtype=np.int64))
+        out = np.empty(rows.size, dtype=np.int64)
+        cut = np.flatnonzero(np.diff(rows)) + 1
+        for a, z in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [rows.size]]).tolist()):
+            if z > a:
+                out[a:z] = np.searchsorted(self.cdf[rows[a]], u[a:z].astype(np.int64), side="right")
+        return out
+
+    def probabilities(self) -> np.ndarray:
+        c = self.c if self.numba else np.diff(self.cdf, axis=1, prepend=np.zeros((len(self.cdf), 1), np.int64))
+        return c.astype(np.float64) / self.totals[:, None].astype(np.float64)
+
+
+def _bit_length(n: np.ndarray) -> np.ndarray:
+    """Exact ``int.bit_length`` of each uint64 (int64 array)."""
+    n = np.array(n, dtype=np.uint64)
+    out = np.zeros(n.shape, dtype=np.int64)
+    for s in (32, 16, 8, 4, 2, 1):
+        big = (n >> np.uint64(s)) > 0
+        out += big * s
+        n = np.where(big, n >> np.uint64(s), n)
+    return out + (n > 0)
+
+
+def uniform_below(bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Exact uniform integers ``u_k`` in ``[0, bounds[k])`` (``1 <= bounds < 2^63``), uint64.
+
+    Rejection sampling: ``x`` = the top ``b_k`` bits of a 63-bit word
+    (``rng.integers(0, 2**63)``, one raw word each), accepted when
+    ``x < bound``, with ``b_k = min(63, bit_length(bound - 1) + 1)`` (acceptance
+    probability in (1/4, 1/2]). Totals of ``2^62``-scaled integer weights lie
+    within ``V`` of ``2^62``, so ``b_k = 63`` for all of them, on either side of
+    ``2^62``: two backends whose totals differ by a few units then accept and
+    reject the same words (unless one falls between the two totals, probability
+    ~``2^-50``) and consume the generator identically, giving the same seeded
+    draws. (A Lemire draw, numpy's default, changes its rejection threshold
+    ``2^64 mod C`` abruptly when ``C`` crosses ``2^62``.)
     """
-    w = np.asarray(weights)
-    counts = np.asarray(counts, dtype=np.int64)
-    n_rows, v = w.shape
-    total = int(counts.sum())
-    out = np.empty(total, dtype=np.int64)
-    if total == 0:
-        return out
-    starts_out = np.concatenate([[0], np.cumsum(counts)])
-    chunk = max(16, int(math.isqrt(v)))
-    n_chunks = -(-v // chunk)
-    heavy = counts > max(8, n_chunks)  # full cumulative sum is cheaper than per-draw chunk searches
-    for b in np.flatnonzero(heavy).tolist():
-        cdf = np.cumsum(w[b], dtype=np.float64)
-        if not cdf[-1] > 0:
-            raise ValueError("a weight row with a positive draw count sums to zero")
-        k = np.searchsorted(cdf, rng.random(int(counts[b])) * cdf[-1], side="right")
-        while True:  # u·Z rounded up to Z (probability ~2^-53): redraw
-            bad = np.flatnonzero(k >= v)
-            if not len(bad):
-                break
-            k[bad] = np.searchsorted(cdf, rng.random(len(bad)) * cdf[-1], side="right")
-        out[starts_out[b]:starts_out[b + 1]] = k
-    light = np.flatnonzero(~heavy & (counts > 0))
-    if len(light) == 0:
-        return out
-    starts = np.arange(0, v, chunk)
-    # certified upper bounds of the chunk sums: recursive float32 summation of
-    # n positive terms errs by at most (n-1)·u relative (u = 2^-24)
-    sums = np.add.reduceat(w, starts, axis=1)
-    sums = sums[light].astype(np.float64) if len(light) < n_rows else sums.astype(np.float64)
-    sums *= 1.0 + 2.0 * (chunk + 1) * _U32
-    sums[sums > 0] += 1e-300
-    cum = np.cumsum(sums, axis=1)
-    z = cum[:, -1]
-    if not np.all(z > 0):
-        raise ValueError("a weight row with a positive draw count sums to zero")
-    cl = counts[light]
-    rows = np.repeat(np.arange(len(light)), cl)  # index into wl
-    first = np.concatenate([[0], np.cumsum(cl)[:-1]])
-    dest = np.repeat(starts_out[light] - first, cl) + np.arange(len(rows))
-    offs = np.arange(chunk)
-    pending = np.arange(len(rows))
-    step = max(1, _MAX_GATHER // max(n_chunks, chunk))
-    while len(pending):
-        rejected = []
-        for s in range(0, len(pending), step):
-            p = pending[s : s + step]
-            r = rows[p]
-            target = rng.random(len(r)) * z[r]
-            cr = cum[r]
-            c = np.minimum(np.count_nonzero(cr <= target[:, None], axis=1), n_chunks - 1)
-            before = np.where(c > 0, cr[np.arange(len(r)), np.maximum(c - 1, 0)], 0.0)
-            resid = target - before
-            cols = starts[c][:, None] + offs[None, :]
-            valid = cols < v
-            np.minimum(cols, v - 1, out=cols)
-            seg = w[light[r][:, None], cols].astype(np.float64)
-            seg[~valid] = 0.0
-            np.cumsum(seg, axis=1, out=seg)
-            k = np.count_nonzero(seg <= resid[:, None], axis=1)
-            ok = k < chunk
-            ok[ok] = valid[np.flatnonzero(ok), k[ok]]
-            # k == chunk or a padding column: the target fell in the bound's slack
-            out[dest[p[ok]]] = starts[c[ok]] + k[ok]
-            rejected.append(p[~ok])
-        pending = np.concatenate(rejected) if rejected else np.zeros(0, dtype=np.int64)
+    b = np.asarray(bounds, dtype=np.uint64)
+    if b.size and b.min() < 1:
+        raise ParameterError("uniform_below needs bounds >= 1")
+    shift = (63 - np.minimum(63, _bit_length(b - np.uint64(1)) + 1)).astype(np.uint64)
+    out = np.empty(b.shape, dtype=np.uint64)
+    pending = np.arange(b.size)
+    while pending.size:
+        x = rng.integers(0, 2**63, size=pending.size, dtype=np.uint64) >> shift[pending]
+        ok = x < b[pending]
+        out[pending[ok]] = x[ok]
+        pending = pending[~ok]
     return out
+
+
+def sample_block(g: np.ndarray, self_cols, counts: np.ndarray, rng: np.random.Generator,
+                 eta: float = DEFAULT_ETA, numba: bool | None = None) -> np.ndarray:
+    """Exact draws from the float-safe exponential mechanism of each row of ``g``.
+
+    g: C-contiguous float64 ``(B, V)``, ``g[b, j] = s_bj^2`` (scaled squared
+    distances from :meth:`DistanceKernel.scaled_sq`); **overwritten**.
+    self_cols: int ``(B,)`` column of row b's own word or -1: that entry is set
+    to 0 (the exact distance of a word to itself) and used as the offset.
+    counts: int ``(B,)`` draws per row. rng: the Generator all uniforms come
+    from. numba: force a backend (default: :func:`use_numba`).
+    Returns int64 ``(counts.sum(),)`` columns: the ``counts[0]`` draws of row 0,
+    then those of row 1, ... Law of each draw: ``(1 - eta) softmax(-s_b) + eta/V``
+    in exact integer weights (module docstring); uniforms from :func:`uniform_below`.
+    """
+    sc = _check_block(g, self_cols)
+    counts = np.asarray(counts, dtype=np.int64)
+    b, v = g.shape
+    if counts.shape != (b,) or (counts < 0).any():
+        raise ParameterError(f"counts must be {b} non-negative integers")
+    if numba is None:
+        numba = use_numba(b * v)
+    law = _IntegerLaw(g, sc, eta, numba)
+    rows = np.repeat(np.arange(b, dtype=np.int64), counts)
+    return law.search(rows, uniform_below(law.totals[rows], rng))
+
+
+def block_probabilities(g: np.ndarray, self_cols=None, eta: float = DEFAULT_ETA, numba: bool | None = None
+                        ) -> np.ndarray:
+    """The law :func:`sample_block` realises for each row of ``g`` (overwritten):
+    float64 ``(B, V)``, ``c_j / sum(c)`` of the integer weights."""
+    sc = _check_block(g, self_cols)
+    b, v = g.shape
+    if numba is None:
+        numba = use_numba(b * v)
+    return _IntegerLaw(g, sc, eta, numba).probabilities()
