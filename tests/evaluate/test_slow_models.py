@@ -1,0 +1,49 @@
+"""Heavier checks (minutes on 2 cores): run with `pytest -m slow tests/evaluate`."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_pretraining_comparison_tiny_preset_runs():
+    from textdp.evaluate.pretrain import compare_pretraining
+
+    res = compare_pretraining("rotten-tomatoes", "santext", 3.0, preset="tiny", seed=0)
+    for k in ("plain", "control", "sanitization_aware"):
+        assert 0.0 <= res[k] <= 1.0
+    assert res["gain"] == pytest.approx(res["sanitization_aware"] - res["plain"])
+    assert np.isfinite(res["aware_mlm_final_loss"])
+
+
+def test_minilm_fine_tuning_on_a_slice_is_above_chance():
+    from textdp.evaluate import SweepConfig, load_task
+    from textdp.evaluate.utility import TransformerModel, score
+
+    train, test = load_task(SweepConfig(max_docs=600))
+    m = TransformerModel("minilm", epochs=1, batch_size=32, max_len=64, seed=0).fit(train["text"].tolist(),
+                                                                                 train["label"].tolist())
+    acc = score(test["label"].tolist(), m.predict(test["text"].tolist()), "classification")
+    majority = test["label"].value_counts(normalize=True).max()
+    assert acc > majority + 0.03
+
+
+def test_default_small_mlm_beats_frequency_on_clean_reviews(tmp_path):
+    from textdp.data.datasets import load_dataset
+    from textdp.models.mlm import default_mlm, tokenize_words
+
+    m = default_mlm("bbc-news", "small", root=tmp_path)
+    assert np.mean(m.info["losses"][-50:]) < np.mean(m.info["losses"][:50])
+    docs = tokenize_words(load_dataset("rotten-tomatoes").test["text"].tolist()[:300])
+    rng = np.random.default_rng(0)
+    pos = [(i, j) for i, d in enumerate(docs) for j in range(len(d)) if rng.random() < 0.3]
+    pred = m.predict_masked(docs, pos)
+    acc = np.mean([p[0] == docs[i][j] for p, (i, j) in zip(pred, pos)])
+    top = Counter(w for d in tokenize_words(load_dataset("bbc-news").train["text"].tolist()) for w in d
+                  ).most_common(1)[0][0]
+    base = np.mean([docs[i][j] == top for i, j in pos])
+    assert acc > base + 0.02, (acc, base)
