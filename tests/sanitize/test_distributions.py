@@ -301,3 +301,15 @@ def test_seeded_runs_reproduce_for_any_worker_count_and_secure_runs_differ(make_
     b = SanText(emb, rng=42, workers=3, **kw).sanitize(texts)
     c = SanText(emb, **kw).sanitize(texts)
     assert a == b and a != c
+
+
+def test_fit_then_sanitize_tokenizes_once_and_equal_results(make_emb, monkeypatch):
+    emb = make_emb(v=20)
+    texts = [f"w{i} w{(i * 7) % 20} , w{(i * 3) % 20}" for i in range(50)]
+    calls = []
+    real = SanText.tokenize
+    monkeypatch.setattr(SanText, "tokenize", lambda self, t: calls.append(len(t)) or real(self, t))
+    a = SanText(emb, epsilon=1.0, rng=5).fit(texts).sanitize(texts)
+    assert calls == [50]
+    b = SanText(emb, epsilon=1.0, rng=5).fit(texts).sanitize(list(texts[:-1]) + ["w1 w2"])  # different: re-tokenized
+    assert len(calls) == 3 and a[:-1] == b[:-1]

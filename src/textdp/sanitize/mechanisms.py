@@ -283,7 +283,9 @@ class TokenSanitizer:
         """Add ``texts`` to the counts (for streaming a large file chunk by chunk)."""
         if self._fitted is None:
             self._fitted = _Fitted(np.zeros(len(self.embeddings), dtype=np.int64))
-        tok = self.tokenize(list(texts))
+        texts = list(texts)
+        tok = self.tokenize(texts)
+        self._tok_cache = (texts, tok)  # fit(texts).sanitize(texts) tokenizes once
         rows = tok.rows
         ok = rows >= 0
         self._fitted.counts += np.bincount(rows[ok], minlength=len(self.embeddings))
@@ -427,7 +429,12 @@ class TokenSanitizer:
         if not self.is_fitted:
             self.fit(texts)
         self._prepare()
-        tok = self.tokenize(texts)
+        cached = getattr(self, "_tok_cache", None)
+        self._tok_cache = None
+        if cached is not None and len(cached[0]) == len(texts) and cached[0] == texts:
+            tok = cached[1]
+        else:
+            tok = self.tokenize(texts)
         rows = tok.rows
         n = tok.n_tokens
         inv = rows >= 0
