@@ -59,6 +59,7 @@ class InversionConfig:
     gen_min_count: int = 2
     gen_max_vocab: int | None = 12000
     scorer_seed_offset: int = 1000  # scorer = same recipe, another seed (never the generator itself)
+    scorer_epochs: int | None = None  # None = gen_epochs
     # templates
     template_style: str = "ngram"
     template_n_min: int = 2

@@ -239,12 +239,16 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
 
 
 def prepare_generator(data: InversionData, clf, cfg: InversionConfig, *, seed_offset: int = 0,
-                      progress: Progress = _no_progress, desc: str = "generator"):
+                      progress: Progress = _no_progress, desc: str = "generator", epochs: int | None = None):
     """A causal LM trained from scratch on the public texts' WordPiece ids (cached).
 
     Returns ``(model, SharedVocab, info)``. ``seed_offset`` gives an independent
-    model of the same recipe (the fluency scorer).
+    model of the same recipe (the fluency scorer); ``epochs`` overrides ``cfg.gen_epochs``.
     """
+    import dataclasses
+
+    if epochs is not None:
+        cfg = dataclasses.replace(cfg, gen_epochs=int(epochs))
     from textdp.models.causal_lm import (
         CausalLMConfig, SharedVocab, config_key, load_causal_lm, save_causal_lm, train_causal_lm,
     )
@@ -456,7 +460,7 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
     base = targets["none"]
     gen, vocab, ginfo = prepare_generator(data, base, cfg, progress=progress)
     scorer, _, sinfo = prepare_generator(data, base, cfg, seed_offset=cfg.scorer_seed_offset, progress=progress,
-                                         desc="fluency scorer")
+                                         desc="fluency scorer", epochs=cfg.scorer_epochs)
     evaluator, einfo = _evaluator(data)
     log(f"evaluator: private acc {einfo['private_acc']:.3f}, held-out acc {einfo['heldout_acc']:.3f}")
     templates = build_templates(list(data.public["text"]), style=cfg.template_style, n_min=cfg.template_n_min,
