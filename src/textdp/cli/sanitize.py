@@ -81,7 +81,7 @@ def sanitize_command(
     quiet: bool = opt_quiet(),
     json_out: bool = opt_json(),
     chunk_size: int = typer.Option(50_000, "--chunk-size", help="Documents per streamed chunk."),
-    block_mb: float = typer.Option(8.0, "--block-size", help="MiB per block of word distributions."),
+    block_mb: float = typer.Option(32.0, "--block-size", help="MiB per block of word distributions (float64; at least 16 words per block)."),
     ledger_dir: Optional[str] = typer.Option(None, "--ledger-dir", help="Folder of the budget ledgers."),
     no_ledger: bool = typer.Option(False, "--no-ledger", help="Do not record the release in the budget ledger."),
     force: bool = typer.Option(False, "--force", help="Release even if it exceeds the dataset's budget "

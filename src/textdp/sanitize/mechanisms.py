@@ -205,7 +205,7 @@ class TokenSanitizer:
         (released unchanged: NO protection for them; only when asked for).
     rng: ``None`` (cryptographically secure, fresh), an int seed (reproducible,
         not for release) or a ``numpy.random.Generator``.
-    block_bytes: memory budget of one weight block (default 16 MiB, but at least
+    block_bytes: memory budget of one weight block (default 32 MiB, but at least
         16 rows; memory use is about ``workers × block_bytes`` plus the output
         embeddings as float64).
     eta: uniform share mixed into SanText's exponential mechanism by the

@@ -51,11 +51,11 @@ from textdp.noise import DEFAULT_ETA, ExactCategorical, categorical_discretisati
 
 __all__ = [
     "DistanceKernel", "sample_block", "block_probabilities", "sampling_epsilon0", "table_geometry", "uniform_below",
-    "squared_norms", "numba_available", "DEFAULT_BLOCK_BYTES", "DEFAULT_ETA", "BACKEND_ENV",
+    "squared_norms", "numba_available", "warm_up", "DEFAULT_BLOCK_BYTES", "DEFAULT_ETA", "BACKEND_ENV",
 ]
 
 #: default memory budget for one ``(B, V_out)`` float64 block (at least 16 rows are used)
-DEFAULT_BLOCK_BYTES = 16 * 2**20
+DEFAULT_BLOCK_BYTES = 32 * 2**20
 MIN_BLOCK_ROWS = 16
 #: environment variable selecting the sampler backend: auto (default) | numba | numpy
 BACKEND_ENV = "TEXTDP_SANITIZE_BACKEND"
@@ -89,6 +89,18 @@ def _k():
     if not numba_available():
         raise ParameterError(f"the numba sampler needs numba (pip install numba); or set {BACKEND_ENV}=numpy")
     return _kernels
+
+
+def warm_up() -> bool:
+    """Import numba and load the compiled kernels now (numba's one-off start-up,
+    about 1 s of CPU, otherwise paid by the first large sampling call). Returns
+    whether numba is available. Benchmarks call it to time that cost separately."""
+    if not numba_available():
+        return False
+    g = np.zeros((1, 2))
+    law = _IntegerLaw(g, np.zeros(1, dtype=np.int64), DEFAULT_ETA, True)
+    law.search(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.uint64))
+    return True
 
 
 def use_numba(n_weights: int) -> bool:
@@ -287,7 +299,10 @@ def uniform_below(bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     b = np.asarray(bounds, dtype=np.uint64)
     if b.size and b.min() < 1:
         raise ParameterError("uniform_below needs bounds >= 1")
-    shift = (63 - np.minimum(63, _bit_length(b - np.uint64(1)) + 1)).astype(np.uint64)
+    if b.size and b.min() > 2**61:  # the usual case (totals ~2^62): 63-bit words, no shift
+        shift = np.zeros(b.shape, dtype=np.uint64)
+    else:
+        shift = (63 - np.minimum(63, _bit_length(b - np.uint64(1)) + 1)).astype(np.uint64)
     out = np.empty(b.shape, dtype=np.uint64)
     pending = np.arange(b.size)
     while pending.size:
