@@ -235,8 +235,9 @@ def test_seeded_samplers_reproduce():
 
 
 def test_gof_rejects_a_broken_bernoulli_exp(monkeypatch):
-    """Break CKS20 Algorithm 1 (return 'K even' instead of 'K odd'): the discrete
-    Laplace built on it must fail the same chi-square check that passes above."""
+    """Break CKS20 Algorithm 1 (5% of the Bernoulli(exp(-gamma)) decisions flipped): the
+    discrete Laplace built on it (the CKS20 reference sampler) must fail the same
+    chi-square check that passes above."""
     real = exact.bernoulli_exp_frac
 
     def broken(num, den, rng):
@@ -245,6 +246,22 @@ def test_gof_rejects_a_broken_bernoulli_exp(monkeypatch):
         return out ^ flip
 
     monkeypatch.setattr(exact, "bernoulli_exp_frac", broken)
+    z = exact.discrete_laplace_rational_cks(37, 10, N, make_rng(3))  # P(z) ∝ exp(-|z| 10/37)
+    support = np.arange(-153, 154)
+    assert chi2_pvalue(z, support, discrete_laplace_pmf(support, 3.7)) < ALPHA
+
+
+def test_gof_rejects_a_miscertified_fast_sampler(monkeypatch):
+    """Break the fast sampler's certified geometric step (5% of the K values off by one, as a
+    wrong certification would give): ``discrete_laplace`` must fail the chi-square check."""
+    real = exact._estimate_k
+
+    def broken(u, plan, k_tol):
+        k, ok = real(u, plan, k_tol)
+        return k + (u % 20 == 0), ok
+
+    monkeypatch.setenv(exact.BACKEND_ENV, "numpy")
+    monkeypatch.setattr(exact, "_estimate_k", broken)
     z = S.discrete_laplace(3.7, N, make_rng(3))
     support = np.arange(-153, 154)
     assert chi2_pvalue(z, support, discrete_laplace_pmf(support, 3.7)) < ALPHA

@@ -14,10 +14,15 @@ is kept as :func:`bernoulli_exp_frac_cks`). This is what makes the float sampler
 (CCS 2012) and to the Box-Muller/inversion sampler bugs reported by Delta-Siege
 (Lokna et al., CCS 2023).
 
-Vectorisation: each sampler keeps an index array of the draws still "in
-flight" and runs the rejection loops of CKS20 on all of them at once, so the
-Python loop count is the *maximum* number of rounds (a few tens for a million
-draws), not the number of samples.
+Fast path: :func:`discrete_laplace_rational` and :func:`discrete_gaussian_int`
+(behind every ``laplace``/``gaussian``/``discrete_laplace`` release) realise the
+laws of CKS20 Algorithms 2 and 3 from one or two uniform 64-bit words per
+candidate with certified float decisions, evaluated in bulk by numpy or by an
+optional numba kernel (:mod:`textdp.noise._kernels`, a pure function of the
+words: randomness only ever comes from the caller's Generator); see the comment
+block "fast exact samplers" below for the construction and its proof. The
+CKS20 algorithms as written are kept as :func:`discrete_laplace_rational_cks`
+and :func:`discrete_gaussian_int_cks` (references in the tests).
 
 Limits (checked, documented where they are enforced):
 
@@ -34,6 +39,8 @@ Limits (checked, documented where they are enforced):
 
 from __future__ import annotations
 
+import math
+import os
 from fractions import Fraction
 
 import numpy as np
@@ -47,7 +54,11 @@ __all__ = [
     "bernoulli_exp_one",
     "discrete_laplace_int",
     "discrete_laplace_rational",
+    "discrete_laplace_rational_cks",
     "discrete_gaussian_int",
+    "discrete_gaussian_int_cks",
+    "numba_available",
+    "BACKEND_ENV",
 ]
 
 _MAX_DEN = 1 << 49
@@ -93,35 +104,71 @@ _SCALE = float(1 << 62)
 
 
 def _exp_interval_decimal(num: int, den: int, digits: int) -> tuple[Fraction, Fraction]:
-    """An interval [a, b] certainly containing exp(-num/den) (decimal's exp is correctly rounded)."""
+    """An interval [a, b] certainly containing exp(-num/den), of relative width about 8 * 10**-digits.
+
+    ``decimal``'s divide and exp are correctly rounded. The quotient is computed with
+    enough extra digits that its rounding moves exp(-q) by under 10**-4 ulp of the
+    result whatever the size of ``num/den``; the result is then within 0.51 ulp, and
+    the interval is ``v ± 4 ulp``. The exponent range is unbounded in practice
+    (``decimal.MIN_EMIN``), so tiny probabilities do not underflow.
+    """
     import decimal
 
-    ctx = decimal.Context(prec=digits, rounding=decimal.ROUND_HALF_EVEN)
-    v = ctx.exp(ctx.divide(decimal.Decimal(-num), decimal.Decimal(den)))
-    # correctly rounded exp of a correctly rounded quotient: |v - exp(-num/den)| < 4 ulp(v) to be safe
+    dctx = dict(rounding=decimal.ROUND_HALF_EVEN, Emin=decimal.MIN_EMIN, Emax=decimal.MAX_EMAX)
+    qctx = decimal.Context(prec=digits + len(str(num // den)) + 5, **dctx)
+    q = qctx.divide(decimal.Decimal(-num), decimal.Decimal(den))
+    v = decimal.Context(prec=digits, **dctx).exp(q)
     ulp4 = decimal.Decimal(4).scaleb(v.adjusted() - digits + 1)
-    exact = decimal.Context(prec=digits + 10)  # v +- 4 ulp is exact at this precision
+    exact = decimal.Context(prec=digits + 10, **dctx)  # v +- 4 ulp is exact at this precision
     return Fraction(exact.subtract(v, ulp4)), Fraction(exact.add(v, ulp4))
+
+
+class _LazyUniform:
+    """A uniform real R in [0, 1) known through its first ``bits`` bits ``r``
+    (R uniform on ``[r / 2**bits, (r + 1) / 2**bits)``); further bits are drawn
+    from ``rng`` (62 at a time) only when a comparison needs them."""
+
+    __slots__ = ("r", "bits", "rng")
+
+    def __init__(self, r: int, bits: int, rng: np.random.Generator):
+        self.r, self.bits, self.rng = int(r), int(bits), rng
+
+    def _extend(self) -> None:
+        self.r = (self.r << 62) | int(self.rng.integers(0, 1 << 62))
+        self.bits += 62
+
+    def lt_exp(self, num: int, den: int) -> bool:
+        """Exact ``[R < exp(-num/den)]`` for integers ``num >= 0``, ``den >= 1``."""
+        num, den = int(num), int(den)
+        if num == 0:
+            return True
+        if num >= den << 20:
+            # p = exp(-g) < 2**-floor(g): decided False as soon as R >= 2**-floor(g). Otherwise R has
+            # more than floor(g) > 2**20 leading zero bits (probability < 2**-(2**20)): fall through.
+            kb = num // den
+            while self.bits <= kb + 64:
+                if self.r >= 1 << max(0, self.bits - kb):  # lower end of R >= 2**-kb
+                    return False
+                self._extend()
+        digits = 40
+        a, b = _exp_interval_decimal(num, den, digits)
+        while True:
+            lo_r, hi_r = Fraction(self.r, 1 << self.bits), Fraction(self.r + 1, 1 << self.bits)
+            if hi_r <= a:
+                return True
+            if lo_r >= b:
+                return False
+            if hi_r - lo_r < (b - a):  # R's interval is narrower than p's: refine p
+                digits *= 2
+                a, b = _exp_interval_decimal(num, den, digits)
+                continue
+            self._extend()
 
 
 def _resolve_exact(u: int, num: int, den: int, rng: np.random.Generator) -> bool:
     """Exact [R < exp(-num/den)] for R uniform on [u/2**62, (u+1)/2**62): draw further bits of R
     until it is separated from a high-precision interval around exp(-num/den)."""
-    bits, r = 62, u
-    digits = 40
-    a, b = _exp_interval_decimal(num, den, digits)
-    while True:
-        lo_r, hi_r = Fraction(r, 1 << bits), Fraction(r + 1, 1 << bits)
-        if hi_r <= a:
-            return True
-        if lo_r >= b:
-            return False
-        if hi_r - lo_r < (b - a):  # R's interval is narrower than p's: refine p
-            digits *= 2
-            a, b = _exp_interval_decimal(num, den, digits)
-            continue
-        r = (r << 62) | int(rng.integers(0, 1 << 62))
-        bits += 62
+    return _LazyUniform(u, 62, rng).lt_exp(num, den)
 
 
 def bernoulli_exp_frac(num: np.ndarray, den: int, rng: np.random.Generator) -> np.ndarray:
@@ -194,8 +241,9 @@ def _geometric_exp_one(n: int, rng: np.random.Generator) -> np.ndarray:
     return v
 
 
-def discrete_laplace_rational(t: int, s: int, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` draws with P(Z = z) proportional to exp(-|z| s / t) (CKS20 Algorithm 2).
+def discrete_laplace_rational_cks(t: int, s: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` draws with P(Z = z) proportional to exp(-|z| s / t): CKS20 Algorithm 2 as
+    written (reference implementation, same law as :func:`discrete_laplace_rational`).
 
     t, s: positive ints with ``t < 2**49``; returns int64.
     """
@@ -225,13 +273,14 @@ def discrete_laplace_rational(t: int, s: int, n: int, rng: np.random.Generator) 
 def discrete_laplace_int(t: int, size, rng: np.random.Generator) -> np.ndarray:
     """Discrete Laplace with integer scale ``t``: P(Z = z) ∝ exp(-|z| / t); int64 of shape ``size``."""
     shape = _as_size(size)
-    n = int(np.prod(shape)) if shape else 1
+    n = math.prod(shape) if shape else 1
     out = discrete_laplace_rational(int(t), 1, n, rng)
     return out.reshape(shape) if shape else out[0]
 
 
-def discrete_gaussian_int(sigma: int, size, rng: np.random.Generator) -> np.ndarray:
-    """Discrete Gaussian N_Z(0, sigma^2), integer ``sigma`` in [1, 4096] (CKS20 Algorithm 3).
+def discrete_gaussian_int_cks(sigma: int, size, rng: np.random.Generator) -> np.ndarray:
+    """Discrete Gaussian N_Z(0, sigma^2), integer ``sigma`` in [1, 4096]: CKS20 Algorithm 3
+    as written (reference implementation, same law as :func:`discrete_gaussian_int`).
 
     P(Z = z) ∝ exp(-z^2 / (2 sigma^2)). Returns int64 of shape ``size``.
     """
@@ -247,7 +296,7 @@ def discrete_gaussian_int(sigma: int, size, rng: np.random.Generator) -> np.ndar
     todo = np.arange(n)
     while todo.size:
         m = todo.size
-        y = discrete_laplace_rational(t, 1, m, rng)
+        y = discrete_laplace_rational_cks(t, 1, m, rng)
         ay = np.abs(y)
         small = ay <= cap
         # gamma = (|y| - s^2/t)^2 / (2 s^2) = (|y| t - s^2)^2 / (2 s^2 t^2)
@@ -256,6 +305,350 @@ def discrete_gaussian_int(sigma: int, size, rng: np.random.Generator) -> np.ndar
         c[small] = bernoulli_exp(a * a, den, rng)
         out[todo[c]] = y[c]
         todo = todo[~c]
+    return out.reshape(shape) if shape else out[0]
+
+
+# ---------------------------------------------------------------- fast exact samplers
+#
+# Construction (same laws as CKS20 Algorithms 2 and 3, fewer random words, no
+# per-round Python loop). Let lam = s/t (the discrete Laplace of CKS20 Alg. 2 has
+# P(Y = y) ∝ exp(-y lam) for its magnitude Y = floor(X / s)). Pick a power of two
+# m = 2**j (m = 1 when lam >= 2**-16, else the largest with m lam <= 2**-16). A
+# *candidate* is built from one or two uniform 64-bit words:
+#
+#   K = #{k >= 1 : R < exp(-k m lam)}  (R = bits 2..63 of word 1, a uniform real), so
+#       P(K >= k) = exp(-k m lam): K = floor(-ln(R) / (m lam)) is geometric; the float
+#       value of -ln(R) is certified to be far enough from every threshold k m lam
+#       (_estimate_k: error < 2**-41.5, tolerance E_TOL = 2**-36);
+#   r = the low j bits of word 2, uniform on {0, ..., m-1}; accepted with probability
+#       exp(-r lam), compared with the top bits of word 2 (a second uniform real);
+#   B = bit 0 of word 1 (a fair sign); rejected when B = 1 and Y = 0.
+#
+# Then P(K = k, r, accepted) ∝ exp(-k m lam) exp(-r lam) = exp(-(k m + r) lam), so
+# Y = k m + r (every y >= 0 exactly once) has P(Y = y | accepted) ∝ exp(-y lam): the
+# magnitude law of CKS20 Alg. 2, and (1 - 2B) Y after the zero rejection is the
+# discrete Laplace P(Z = z) ∝ exp(-|z| s / t) exactly. For the discrete Gaussian
+# (Alg. 3) a third word decides C ~ Bernoulli(exp(-(|Y| t - sigma^2)^2 / (2 sigma^2 t^2)))
+# on top of a candidate with t = sigma + 1, s = 1; every candidate is an independent
+# trial of the whole rejection sampler, so the accepted ones are i.i.d. with the exact law.
+#
+# Certified comparisons: [R < exp(-gamma)] with R known to 62 bits (integer u) is
+# decided by integer bounds lo <= 2**62 exp(-gamma) <= hi computed from float exp with
+# the relative margin EXP_MARGIN = 2**-40 (true when gamma <= 700 is computed with
+# relative error <= 2**-52 and exp within a few ulps: total < 2**-42; for gamma > 700,
+# lo = 0 and hi = 1 hold trivially): u < lo -> True, u >= hi -> False (for the r step,
+# exp(-x) with x <= 2**-16 is a cubic Taylor polynomial, error < 2**-50). K is certified
+# in log space (above). Anything else (probability at most ~2**-17 per candidate: K
+# near a threshold or R < 2**-20) makes the candidate *undecided*; it is finished exactly
+# in Python (_exact_candidate: more bits of the same R against correctly rounded decimal
+# values), never discarded, so no bias.
+#
+# Vectorisation: candidates are evaluated in bulk (numpy, or the numba kernel in
+# textdp.noise._kernels -- a pure function of the words, mirroring _evaluate_numpy);
+# a call draws ~n / acceptance candidates plus a small margin, keeps the first n
+# accepted in candidate order and tops up the (rare) shortfall with another batch.
+
+#: environment variable selecting the evaluation backend: auto (default) | numba | numpy
+BACKEND_ENV = "TEXTDP_NOISE_BACKEND"
+#: ``auto`` uses the numba kernel from this many candidates per batch (numba's import costs ~0.5 s)
+AUTO_NUMBA_MIN_CANDIDATES = 1 << 17
+_GEOM_STEP = 2.0**-16  # bound on m * lam (spacing of the K thresholds, rejection rate of r)
+#: K = floor(-ln(R) / step) is certified when the float estimate of -ln(R) is this far from a multiple
+#: of step (its error is below 2**-41.5, see _estimate_k); otherwise the candidate takes the exact path
+E_TOL = 2.0**-36
+_U_MIN = 1 << 42  # ... and R >= 2**-20 (the width of R's 62-bit interval in -ln(R) is then <= 2**-42)
+_BATCH = 1 << 20  # candidates evaluated at once (bounds memory: ~8 words of temporaries each)
+_RAW64 = {"ChaCha", "PCG64", "PCG64DXSM", "Philox", "SFC64"}  # bit generators with 64-bit random_raw
+_LN2_62 = 62.0 * math.log(2.0)
+_kernels = None
+_numpy_total = 0  # candidates evaluated on the numpy path in this process (for the auto backend)
+
+
+def _words(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` independent uniform 64-bit words (uint64) from ``rng``.
+
+    ``random_raw`` of a 64-bit bit generator gives exactly ``rng.integers(0, 2**64,
+    dtype=uint64)`` without the per-call overhead of ``Generator.integers``.
+    """
+    bg = rng.bit_generator
+    if type(bg).__name__ in _RAW64:
+        return bg.random_raw(n)
+    return rng.integers(0, 1 << 64, size=n, dtype=np.uint64)  # pragma: no cover - other bit generators
+
+
+def numba_available() -> bool:
+    """Whether the numba kernel can be used (imports numba on first call)."""
+    global _kernels
+    if _kernels is None:
+        from textdp.noise import _kernels as k
+
+        _kernels = k
+    return bool(_kernels.AVAILABLE)
+
+
+def _use_numba(n_candidates: int) -> bool:
+    """Backend for a batch of ``n_candidates`` (``$TEXTDP_NOISE_BACKEND``: ``numpy``, ``numba``, or
+    ``auto`` (default): numba once it is loaded, or for a batch -- or a process total on the numpy
+    path -- of at least ``AUTO_NUMBA_MIN_CANDIDATES``, so that its start-up is paid only where it
+    is amortised). Both backends realise the same law (and, for the same words, the same draws)."""
+    mode = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
+    if mode == "auto":
+        if _kernels is not None:
+            return _kernels.AVAILABLE
+        if n_candidates < AUTO_NUMBA_MIN_CANDIDATES and _numpy_total < AUTO_NUMBA_MIN_CANDIDATES:
+            return False
+        return numba_available()
+    if mode == "numpy":
+        return False
+    if mode == "numba":
+        if not numba_available():
+            from textdp.errors import ParameterError
+
+            raise ParameterError(f"{BACKEND_ENV}=numba needs numba (pip install numba); or set {BACKEND_ENV}=numpy")
+        return True
+    from textdp.errors import ParameterError
+
+    raise ParameterError(f"{BACKEND_ENV} must be auto, numba or numpy, got {mode!r}")
+
+
+class _Plan:
+    """Parameters of the candidate sampler for P(Y = y) ∝ exp(-y s / t) (see the comment above)."""
+
+    def __init__(self, t: int, s: int, gauss: int = 0):
+        self.t, self.s, self.gauss = t, s, gauss
+        lam = Fraction(s, t)
+        if lam >= Fraction(_GEOM_STEP):
+            j = 0
+        else:
+            j = (t // (s << 16)).bit_length() - 1  # m s <= t 2**-16 < 2 m s
+        self.j, self.m = j, 1 << j
+        self.qbits = min(62, 64 - j)  # bits of word 2 left for the acceptance of r
+        self.step = float(self.m * lam)  # m lam, correctly rounded
+        self.inv_step = 1.0 / self.step
+        self.lam = float(lam)
+        self.ncols = (2 if j else 1) + (1 if gauss else 0)
+        lam_f = self.lam
+        racc = 1.0 if j == 0 else -math.expm1(-self.step) / (self.m * -math.expm1(-lam_f))
+        self.acceptance = racc * (1.0 + 0.5 * math.expm1(-lam_f))
+        if gauss:  # Alg. 3 on top: t = sigma + 1, s = 1
+            sig = gauss
+            self.t_g, self.sig2, self.den_g = t, sig * sig, 2 * sig * sig * t * t
+            self.cap = ((1 << 32) - 1) // t
+            self.acceptance *= _gauss_c_rate(sig)
+        else:
+            self.t_g = self.sig2 = self.den_g = 1
+            self.cap = 0
+
+
+def _gauss_c_rate(sig: int) -> float:
+    """P(C = 1) in CKS20 Alg. 3 (float approximation; only sizes the batches)."""
+    t = sig + 1
+    y = np.arange(0, min(((1 << 32) - 1) // t, 60 * t) + 1, dtype=np.float64)
+    w = np.exp(-y / t) * np.where(y == 0, 1.0, 2.0)
+    c = np.exp(-((y - sig * sig / t) ** 2) / (2.0 * sig * sig))
+    return float((w * c).sum() / w.sum())
+
+
+_PLANS: dict = {}
+
+
+def _plan(t: int, s: int, gauss: int = 0) -> _Plan:
+    key = (t, s, gauss)
+    p = _PLANS.get(key)
+    if p is None:
+        if len(_PLANS) > 4096:
+            _PLANS.clear()
+        p = _PLANS[key] = _Plan(t, s, gauss)
+    return p
+
+
+def _thresholds(gamma: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(lo, hi, x)``: int64 bounds ``lo <= 2**62 exp(-gamma) <= hi`` and ``x = 2**62 exp(-gamma)``
+    in float, certified when ``gamma`` carries relative error <= 2**-52 and ``margin >= 2**-40``.
+
+    ``gamma`` is clipped at 700: beyond, 2**62 exp(-700) < 1e-285 gives ``lo = 0, hi = 1``,
+    which bound any smaller probability too. ``lo = trunc(x (1 - margin))``;
+    ``hi = trunc(x (1 + margin)) + 1`` (at least the ceiling; a larger upper bound stays valid).
+    """
+    x = np.exp(-np.minimum(gamma, 700.0))
+    x *= _SCALE
+    return _bounds(x, margin) + (x,)
+
+
+def _bounds(x: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray]:
+    lo = (x * (1.0 - margin)).astype(np.int64)
+    hi = (x * (1.0 + margin)).astype(np.int64)
+    hi += 1
+    return lo, hi
+
+
+def _estimate_k(u: np.ndarray, plan: _Plan, k_tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """K for the candidates with 62-bit prefixes ``u`` and whether it is certified (bool).
+
+    ``K = #{k >= 1 : R < exp(-k step)} = floor(-ln(R) / step)``. For every R in
+    ``[u, u + 1) 2**-62`` with ``u >= 2**42``, ``e = 62 ln 2 - ln(u + 0.5)`` (float) is within
+    2**-41.5 of ``-ln(R)``: the interval itself spans ``ln(1 + 1/u) <= 2**-42``, ``log`` errs
+    by a few ulps of a value below 44 (2**-45), the constant and the subtraction by 2**-47,
+    and ``v = e / step`` adds a relative 2**-51 (2**-46.5 in units of -ln R). So when the
+    fractional part of ``v`` is more than ``k_tol = E_TOL / step`` (``E_TOL = 2**-36``, 45
+    times the bound) from 0 and 1, no R of the interval lies on another side of a
+    threshold ``k step``: K = floor(v) exactly. The numba kernel uses the same formula.
+    """
+    v = np.log(u + 0.5)
+    np.subtract(_LN2_62, v, out=v)
+    v *= plan.inv_step
+    k = np.floor(v)
+    v -= k  # fractional part
+    ok = (v > k_tol) & (v < 1.0 - k_tol) & (u >= _U_MIN)
+    return k.astype(np.int64), ok
+
+
+def _exp_small(x: np.ndarray) -> np.ndarray:
+    """exp(-x) for ``0 <= x <= 2**-16``: ``1 - x (1 - x (1/2 - x/6))``, truncation error
+    ``x**4 / 24 < 2**-68`` and rounding below 2**-50 (relative)."""
+    p = x * (1.0 / 6.0)
+    np.subtract(0.5, p, out=p)
+    p *= x
+    np.subtract(1.0, p, out=p)
+    p *= x
+    np.subtract(1.0, p, out=p)
+    return p
+
+
+def _evaluate_numpy(words: np.ndarray, plan: _Plan, margin: float, k_tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised candidate evaluation: (val int64, status int8: 0 rejected, 1 accepted, 2 undecided).
+    Mirrors ``textdp.noise._kernels.evaluate`` check by check."""
+    w1 = words[0]
+    u = (w1 >> np.uint64(2)).view(np.int64)
+    neg = (w1 & np.uint64(1)).view(np.int64)
+    k, ok = _estimate_k(u, plan, k_tol)
+    status = np.where(ok, np.int8(1), np.int8(2))
+    y = k
+    y *= plan.m
+    if plan.j:  # accept r with probability exp(-r lam): top qbits of word 2, certified
+        w2 = words[1]
+        r = (w2 & np.uint64(plan.m - 1)).view(np.int64)
+        a = (w2 >> np.uint64(64 - plan.qbits)).view(np.int64)
+        x = _exp_small(r * plan.lam)
+        x *= _SCALE
+        lo, hi = _bounds(x, margin)
+        sh = 62 - plan.qbits
+        acc = ((a + 1) << sh) <= lo
+        acc |= r == 0
+        rej = (a << sh) >= hi
+        rej &= ~acc
+        live = status == 1
+        status[live & rej] = 0
+        status[live & ~acc & ~rej] = 2
+        y += r
+    status[(status == 1) & (neg == 1) & (y == 0)] = 0
+    if plan.gauss:  # C ~ Bernoulli(exp(-(|y| t - sigma^2)^2 / (2 sigma^2 t^2))): word 3, certified
+        live = status == 1
+        ycap = np.minimum(np.abs(y), plan.cap)
+        ycap *= plan.t_g
+        ycap -= plan.sig2
+        aa = np.abs(ycap).view(np.uint64)
+        aa *= aa  # < 2**64, exact
+        lo, hi, _ = _thresholds(aa.astype(np.float64) / plan.den_g, margin)
+        u3 = (words[plan.ncols - 1] >> np.uint64(2)).view(np.int64)
+        status[live & ((y > plan.cap) | (u3 >= hi))] = 0
+        status[live & (y <= plan.cap) & (u3 < hi) & (u3 >= lo)] = 2
+    val = np.where(neg == 1, -y, y)
+    return val, status
+
+
+def _evaluate_numba(words: np.ndarray, plan: _Plan, margin: float, k_tol: float) -> tuple[np.ndarray, np.ndarray]:
+    c = words.shape[1]
+    val = np.zeros(c, dtype=np.int64)
+    status = np.zeros(c, dtype=np.int8)
+    _kernels.evaluate(words, plan.m, plan.qbits, plan.inv_step, plan.lam, float(margin), float(k_tol),
+                      bool(plan.gauss), plan.t_g, plan.sig2, float(plan.den_g), plan.cap, val, status)
+    return val, status
+
+
+def _exact_candidate(row: np.ndarray, plan: _Plan, rng: np.random.Generator) -> tuple[int, int]:
+    """Finish one candidate exactly (the words of ``row`` plus more bits from ``rng`` where a
+    comparison needs them); returns (status 0/1, value)."""
+    w1 = int(row[0])
+    R = _LazyUniform(w1 >> 2, 62, rng)
+    t, s, m = plan.t, plan.s, plan.m
+    ms = m * s
+    u = w1 >> 2
+    k = max(0, int(math.floor(-math.log((u + 0.5) * 2.0**-62) / plan.step)))
+    while k > 0 and not R.lt_exp(k * ms, t):  # R >= p_k: K < k
+        k -= 1
+    while R.lt_exp((k + 1) * ms, t):  # R < p_{k+1}: K >= k + 1
+        k += 1
+    y = k * m
+    if plan.j:
+        w2 = int(row[1])
+        r = w2 & (m - 1)
+        if not _LazyUniform(w2 >> (64 - plan.qbits), plan.qbits, rng).lt_exp(r * s, t):
+            return 0, 0
+        y += r
+    neg = w1 & 1
+    if neg and y == 0:
+        return 0, 0
+    if plan.gauss:
+        if y > plan.cap:
+            return 0, 0
+        a = y * plan.t_g - plan.sig2
+        if not _LazyUniform(int(row[plan.ncols - 1]) >> 2, 62, rng).lt_exp(a * a, plan.den_g):
+            return 0, 0
+    return 1, (-y if neg else y)
+
+
+def _sample(plan: _Plan, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` accepted candidates (int64), in candidate order."""
+    global _numpy_total
+    out = np.empty(n, dtype=np.int64)
+    filled = 0
+    margin = EXP_MARGIN
+    k_tol = min(0.25, E_TOL * plan.inv_step)
+    while filled < n:
+        need = n - filled
+        mean = need / plan.acceptance
+        c = min(_BATCH, int(mean + 4.0 * math.sqrt(mean) + 8))
+        words = _words(rng, c * plan.ncols).reshape(plan.ncols, c)
+        if _use_numba(c):
+            val, status = _evaluate_numba(words, plan, margin, k_tol)
+        else:
+            _numpy_total += c
+            val, status = _evaluate_numpy(words, plan, margin, k_tol)
+        for i in np.flatnonzero(status == 2).tolist():
+            status[i], val[i] = _exact_candidate(words[:, i], plan, rng)
+        acc = np.flatnonzero(status == 1)[:need]
+        out[filled:filled + acc.size] = val[acc]
+        filled += acc.size
+    return out
+
+
+def discrete_laplace_rational(t: int, s: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` draws with P(Z = z) proportional to exp(-|z| s / t), exact; int64.
+
+    t, s: positive ints with ``t < 2**49``. Same law as CKS20 Algorithm 2
+    (:func:`discrete_laplace_rational_cks`), built from one uniform 64-bit word per
+    candidate (two when ``t / s > 2**16``): see the comment block above.
+    """
+    t, s, n = int(t), int(s), int(n)
+    if not (1 <= t < _MAX_DEN) or s < 1:
+        raise ValueError("discrete Laplace needs integers 1 <= t < 2**49 and s >= 1")
+    return _sample(_plan(t, s), n, rng)
+
+
+def discrete_gaussian_int(sigma: int, size, rng: np.random.Generator) -> np.ndarray:
+    """Discrete Gaussian N_Z(0, sigma^2), integer ``sigma`` in [1, 4096] (CKS20 Algorithm 3).
+
+    P(Z = z) ∝ exp(-z^2 / (2 sigma^2)). Returns int64 of shape ``size``. Same law as
+    :func:`discrete_gaussian_int_cks` (including its treatment of proposals with
+    ``|Y| > (2**32 - 1) // (sigma + 1)`` as rejected), two uniform words per candidate.
+    """
+    s = int(sigma)
+    if not (1 <= s <= 4096):
+        raise ValueError("discrete_gaussian_int needs an integer sigma in [1, 4096]")
+    shape = _as_size(size)
+    n = math.prod(shape) if shape else 1
+    out = _sample(_plan(s + 1, 1, gauss=s), n, rng)
     return out.reshape(shape) if shape else out[0]
 
 
