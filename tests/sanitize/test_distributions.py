@@ -192,8 +192,9 @@ def test_epsilon0_is_accounted_in_the_guarantee_and_is_small(small_emb):
     assert bigger > g.epsilon0  # grows with the table radius (GEMM error)
     plus = SanTextPlus(small_emb, epsilon=3.0, p=0.3, rng=0)
     assert plus.guarantee.epsilon0 == pytest.approx(math.log(1 / 0.3) + plus.sampling_epsilon0, rel=1e-15)
-    with pytest.raises(ParameterError):
-        SanText(small_emb, epsilon=3.0, eta=0.0)
+    for bad in (0.0, 1.0, -0.5, 1e-300, "x"):
+        with pytest.raises(ParameterError):
+            SanText(small_emb, epsilon=3.0, eta=bad)
 
 
 def test_epsilon_to_infinity_is_identity_and_to_zero_is_uniform(small_emb, backend):

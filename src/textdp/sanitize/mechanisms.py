@@ -245,6 +245,9 @@ class TokenSanitizer:
         self.block_bytes = int(block_bytes)
         self.workers = max(1, int(workers if workers is not None else min(4, os.cpu_count() or 1)))
         self.embeddings = _as_embeddings(embeddings)
+        if self.eta * 2.0**52 < len(self.embeddings):  # every outcome keeps >= 2^10 integer weight units
+            raise ParameterError(f"eta={self.eta:g} is too small for {len(self.embeddings)} words "
+                                 f"(need eta >= {len(self.embeddings) * 2.0**-52:.3g})")
         if isinstance(rng, np.random.Generator):
             self.rng = rng
             self.seed_info = {"seeded": None, "seed": None, "generator": type(rng.bit_generator).__name__,
