@@ -25,7 +25,7 @@ def santext_matrix(eps):
 
 def test_exponential_channel_equals_explicit_matrix():
     ch = ExponentialChannel(WORDS, VEC, WORDS, VEC, epsilon=3.0, block=3)
-    np.testing.assert_allclose(ch.prob_matrix(), santext_matrix(3.0), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ch.prob_matrix(), santext_matrix(3.0), rtol=1e-6, atol=1e-12)  # float32 sums in Z
 
 
 def test_santext_plus_channel_structure():

@@ -64,8 +64,8 @@ def test_sanitization_aware_training_learns_the_inverse_map():
     san = [[("v" + str((int(w[1:]) + 1) % NP)) if w.startswith("v") else w for w in d] for d in docs]
     vocab = WordVocab.build(docs, 100)
     m = MaskedLM.create(vocab, FAST, seed=0)
-    losses = m.train(san, targets=docs, preset=FAST, steps=80, seed=0)
-    assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10])
+    losses = m.train(san, targets=docs, preset=FAST, steps=50, seed=0)
+    assert np.mean(losses[-10:]) < 0.85 * np.mean(losses[:10])
     with pytest.raises(Exception):
         m.train(san, targets=[d[:-1] for d in docs], preset=FAST, steps=1)
 

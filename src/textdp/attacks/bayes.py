@@ -208,6 +208,8 @@ class ExponentialChannel(Channel):
             m = d.min(axis=1, keepdims=True)
             e = np.exp((-0.5 * self.epsilon * (d - m)).astype(np.float32)).sum(axis=1, dtype=np.float64)
             self._logZ[s:s + self.block] = -0.5 * self.epsilon * m[:, 0] + np.log(e)
+        self._x2 = np.einsum("ij,ij->i", self.X, self.X)
+        self._y2 = np.einsum("ij,ij->i", self.Y, self.Y)
         self._out_index = {w: j for j, w in enumerate(self.outputs)}
         # the column of each input word among the outputs (for "kept" non-sensitive words)
         self._self_col = np.array([self._out_index.get(w, -1) for w in self.inputs], dtype=np.int64)
@@ -215,10 +217,17 @@ class ExponentialChannel(Channel):
     def log_prob_block(self, input_ids, output_ids):
         input_ids = np.asarray(input_ids, dtype=np.int64)
         output_ids = np.asarray(output_ids, dtype=np.int64)
-        d = np.sqrt(_sq_dists(self.X[input_ids], self.Y[output_ids]))
-        L = -0.5 * self.epsilon * d - self._logZ[input_ids, None]
+        L = self.X[input_ids] @ self.Y[output_ids].T  # squared distances, in place
+        L *= -2.0
+        L += self._x2[input_ids, None]
+        L += self._y2[None, output_ids]
+        np.maximum(L, 0.0, out=L)
+        np.sqrt(L, out=L)
+        L *= -0.5 * self.epsilon
+        L -= self._logZ[input_ids, None]
         if self.eta > 0:  # the float-safe sampler's uniform share: (1 - eta) p + eta / |V_S|
-            L = np.logaddexp(math.log1p(-self.eta) + L, math.log(self.eta / max(1, len(self._sens_cols))))
+            L += math.log1p(-self.eta)
+            np.logaddexp(L, math.log(self.eta / max(1, len(self._sens_cols))), out=L)
         if self.p < 1.0 or not self.out_sensitive.all():
             sens_in = self.in_sensitive[input_ids]
             with np.errstate(divide="ignore"):

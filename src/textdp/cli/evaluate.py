@@ -41,7 +41,7 @@ def evaluate_command(
     w: float = typer.Option(0.9, "--w", help="SanText+: sensitive share of the vocabulary."),
     p: float = typer.Option(0.3, "--p", help="SanText+: resampling probability of non-sensitive words."),
     epochs: int = typer.Option(1, "--epochs", help="Transformer models: fine-tuning epochs."),
-    max_attack_tokens: int = typer.Option(20000, "--max-attack-tokens", help="Bayes attack: tokens attacked "
+    max_attack_tokens: int = typer.Option(10000, "--max-attack-tokens", help="Bayes attack: tokens attacked "
                                           "per cell (a random subset of the sanitized test split)."),
     max_mask_positions: int = typer.Option(3000, "--max-mask-positions", help="Mask-token attack: positions "
                                            "per cell."),

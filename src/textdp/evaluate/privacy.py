@@ -103,7 +103,7 @@ def channel_for(mech, block: int = 1024, n_calibration: int = 1500,
     return ExponentialChannel(words, vec, words, vec, mech.epsilon, block=block, name=name, eta=eta)
 
 
-def bayes_attack(mech, aligned: AlignedTokens, prior="wordfreq", k: int = 5, max_tokens: int | None = 20000,
+def bayes_attack(mech, aligned: AlignedTokens, prior="wordfreq", k: int = 5, max_tokens: int | None = 10000,
                  rng: np.random.Generator | None = None, channel: Channel | None = None) -> dict:
     """Run :class:`BayesInversion` on aligned tokens (a random subset of at most
     ``max_tokens`` tokens when given). ``prior``: ``"wordfreq"``, ``"uniform"`` or a

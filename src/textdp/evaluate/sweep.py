@@ -63,7 +63,7 @@ class SweepConfig:
     prior: str = "wordfreq"
     mlm: str | None = None
     mlm_preset: str = "small"
-    max_attack_tokens: int | None = 20000
+    max_attack_tokens: int | None = 10000
     max_mask_positions: int | None = 3000
     deniability_words: int = 100
     seed: int | None = None
