@@ -44,7 +44,7 @@ class InversionConfig:
     target_model: str = "minilm"  # "minilm", a local folder, a hub name, or "tiny"
     target_layers: int | None = 3
     target_epochs: int = 3
-    target_lr: float = 5e-5
+    target_lr: float = 1e-4  # cpu preset (truncated MiniLM, few steps); paper preset: 5e-5
     target_batch: int = 16
     tiny_target: dict = field(default_factory=lambda: {"hidden": 32, "layers": 2, "heads": 2, "intermediate": 64})
     # generator (from scratch on the target's WordPiece ids) and fluency scorer

@@ -519,8 +519,13 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
                         gt[rows_l[k_inv]] = private_by[l][k_priv]
                 from textdp.models.causal_lm import sequence_nll
 
-                nll, cnt = sequence_nll(scorer, vocab.encode(base.token_ids(texts)), bos=vocab.bos, eos=vocab.eos)
-                ppl = float(np.exp(nll.sum() / max(cnt.sum(), 1)))
+                enc = vocab.encode(base.token_ids(texts))
+                nll, cnt = sequence_nll(scorer, enc, bos=vocab.bos, eos=vocab.eos)
+                # class-based correction: an out-of-vocabulary token costs log p([UNK]) - log(#OOV types),
+                # so text made of tokens the scorer never saw is not scored as fluent
+                n_oov_types = max(1, len(base.vocab_tokens) - len(vocab))
+                n_unk = sum(sum(1 for g in row if g == vocab.unk) for row in enc)
+                ppl = float(np.exp((nll.sum() + n_unk * np.log(n_oov_types)) / max(cnt.sum(), 1)))
                 df = df.assign(defence=d, method=m, seed=seed if seed is not None else -1,
                                evaluator_pred=list(ev), target_pred=[data.labels[i] for i in tp.argmax(1)],
                                target_prob=tp[np.arange(len(tp)), y_acc] if len(tp) else [], ground_truth=gt)
@@ -550,7 +555,8 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
         "avg_private_len_wordpieces": avg_len, "gen_length": gen_length, "templates": templates,
         "template_labels_for_vtg": tlabels, "targets": tinfo, "evaluator": einfo, "generator": ginfo,
         "fluency_scorer": {**sinfo, "metric": "causal perplexity (HF fixed-length recipe), corpus level; an "
-                           "independent LM of the generator's recipe with another seed; OOV tokens scored as [UNK]"},
+                           "independent LM of the generator's recipe with another seed; an OOV token costs "
+                           "log p([UNK]) - log(number of OOV WordPiece types)"},
         "kendall_public_vs_private": kendall, "methods": methods, "defence": defence,
         "seeds": [s if s is not None else "secure" for s in seeds], "seed_modes": seed_modes,
         "config": cfg.to_dict(), "attack_seconds": {m: round(float(np.mean(v)), 2) for m, v in timings.items()},
