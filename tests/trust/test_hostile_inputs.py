@@ -60,8 +60,11 @@ def _peak_rss_mb(code: str) -> tuple[int, float, str]:
     """Run ``code`` in a fresh interpreter; return (exit code, peak RSS in MB, stderr)."""
     wrapper = code + textwrap.dedent(
         """
-        import resource, sys
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, file=sys.stderr)
+        import sys
+        # VmHWM belongs to this process's own address space (reset by exec); ru_maxrss is
+        # inherited from the forking parent on Linux, so a big pytest process would leak into it
+        hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+        print(int(hwm) / 1024.0, file=sys.stderr)
         """
     )
     r = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=300)
