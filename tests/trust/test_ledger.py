@@ -157,8 +157,11 @@ def test_dataset_ids(tmp_path):
     for p in (a, b):
         p.parent.mkdir()
         p.write_text("text\nx\n")
-    assert dataset_id(a) != dataset_id(b) and dataset_id(a).startswith("data.csv-")
-    assert dataset_id("rotten-tomatoes") == "rotten-tomatoes"
+    # keyed by content: the same bytes in two folders are one dataset, a changed file is another
+    assert dataset_id(a) == dataset_id(b) and dataset_id(a).startswith("data.csv-")
+    b.write_text("text\ny\n")
+    assert dataset_id(a) != dataset_id(b)
+    assert dataset_id("rotten-tomatoes") == "rotten-tomatoes" == dataset_id("Rotten-Tomatoes")
     with pytest.raises(ParameterError):
         dataset_id("bad name with spaces")
 
@@ -181,23 +184,26 @@ def _app():
 def test_budget_cli_set_show_json(tmp_path):
     runner = CliRunner()
     d = str(tmp_path / "led")
-    r = runner.invoke(_app(), ["budget", "set", "toy", "--epsilon", "4", "--ledger-dir", d])
+    toy = tmp_path / "toy.txt"
+    toy.write_text("a b\nc d\n")
+    toy = str(toy)
+    r = runner.invoke(_app(), ["budget", "set", toy, "--epsilon", "4", "--ledger-dir", d])
     assert r.exit_code == 0, r.output
-    Ledger("toy", d).record(MetricDP(epsilon=3.0), command="sanitize")
-    r = runner.invoke(_app(), ["budget", "show", "toy", "--ledger-dir", d, "--json"])
+    Ledger(toy, d).record(MetricDP(epsilon=3.0), command="sanitize")
+    r = runner.invoke(_app(), ["budget", "show", toy, "--ledger-dir", d, "--json"])
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     assert s["budget"]["epsilon"] == 4.0
     assert s["groups"]["metric/token"]["remaining_epsilon"] == 1.0
     assert s["release_log"][0]["command"] == "sanitize"
-    r = runner.invoke(_app(), ["budget", "show", "toy", "--ledger-dir", d])
+    r = runner.invoke(_app(), ["budget", "show", toy, "--ledger-dir", d])
     assert r.exit_code == 0 and "metric/token" in r.stdout
-    r = runner.invoke(_app(), ["budget", "verify", "toy", "--ledger-dir", d])
+    r = runner.invoke(_app(), ["budget", "verify", toy, "--ledger-dir", d])
     assert r.exit_code == 0 and "hash chain ok" in r.stdout
 
 
 def test_budget_cli_bad_epsilon_is_one_line_exit_2(tmp_path):
-    r = CliRunner().invoke(_app(), ["budget", "set", "toy", "--epsilon", "-1", "--ledger-dir", str(tmp_path)])
+    r = CliRunner().invoke(_app(), ["budget", "set", "rotten-tomatoes", "--epsilon", "-1", "--ledger-dir", str(tmp_path)])
     assert r.exit_code == 2
     assert "Traceback" not in r.output and "positive" in r.output
 

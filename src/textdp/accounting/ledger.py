@@ -8,15 +8,27 @@ composition (:mod:`textdp.accounting.composition`) of every ``release`` entry.
 
 Tamper evidence: each line carries ``prev``, the SHA-256 of the previous line
 (``""`` for the first), so an edited or deleted line breaks the chain
-(:meth:`Ledger.verify`). Writes take an exclusive ``fcntl`` lock and are
-fsync'ed, so concurrent releases on one machine cannot interleave or lose an
-entry.
+(:meth:`Ledger.verify`). A sidecar ``<ledger>.head`` holds the entry count and
+the hash of the last line, so deleting the LAST line (which leaves a valid chain)
+is detected too. An attacker with write access can still rewrite both files: the
+chain is tamper evidence against accidents and casual edits, not a security
+boundary.
+
+Concurrency: every write holds an exclusive ``fcntl.flock`` on a sibling
+``<key>.lock`` file from the budget check to the fsync'ed append
+(:meth:`Ledger.record` re-checks under the lock), so two parallel releases
+cannot both pass a check that only one of them fits.
+
+Which ledger: a dataset FILE is identified by the SHA-256 of its bytes, not by
+its path, so a copy, a symlink, a hard link or a renamed file all share one
+ledger (a DP budget protects a dataset, whatever it is called). The ledger file
+is ``<first file name used>-<24 hex of the content hash>.jsonl`` and is looked up
+by the hash. A changed file (even one byte) is a different dataset with its own
+ledger: near-duplicates are NOT detected. A built-in dataset (or any plain name
+given to the Python API) uses its name: ``rotten-tomatoes.jsonl``.
 
 Where: ``$TEXTDP_LEDGER_DIR`` if set, else ``$TEXTDP_CACHE/ledgers`` (default
-``~/.cache/textdp/ledgers``). The file of a dataset is named after the dataset:
-a built-in name as is (``rotten-tomatoes.jsonl``), a file path by its file name
-plus a short hash of its absolute path (two files with the same name in
-different folders get different ledgers).
+``~/.cache/textdp/ledgers``).
 
 The budget caps each composition group separately (a DP epsilon per document
 and a metric epsilon per token are different currencies; see
@@ -41,7 +53,7 @@ from textdp.accounting.composition import compose_by_group, group_key, spent_eps
 from textdp.accounting.guarantees import Guarantee, guarantee_from_dict
 from textdp.errors import BudgetExceededError, InputError, ParameterError
 
-__all__ = ["Ledger", "Budget", "ledger_dir", "dataset_id", "hash_input", "DEFAULT_DELTA"]
+__all__ = ["Ledger", "Budget", "ledger_dir", "dataset_id", "dataset_key", "hash_input", "DEFAULT_DELTA"]
 
 DEFAULT_DELTA = 1e-6  # delta used to convert RDP spends when no budget delta is set
 LEDGER_VERSION = 1
@@ -56,18 +68,44 @@ def ledger_dir() -> Path:
     return Path(cache) / "ledgers"
 
 
-def dataset_id(dataset: str | os.PathLike) -> str:
-    """Stable id of a dataset: a built-in name, or ``name-<hash of absolute path>`` for a file."""
-    s = str(dataset)
+def _is_path(s: str) -> bool:
     p = Path(s)
-    if p.exists() or os.sep in s or p.suffix:
-        absolute = str(p.resolve())
-        h = hashlib.sha256(absolute.encode("utf-8")).hexdigest()[:10]
+    return p.exists() or os.sep in s or bool(p.suffix)
+
+
+def dataset_key(dataset: str | os.PathLike) -> tuple[str, str]:
+    """``(key, readable stem)`` of a dataset.
+
+    A file: key = first 24 hex digits of the SHA-256 of its bytes (copies and links
+    share it), stem = its file name. A plain name (built-in dataset): key = stem =
+    the name, lower-cased. A path that does not exist raises InputError; a directory is keyed
+    by its resolved path (it has no single content).
+    """
+    from textdp.errors import InputError
+
+    s = str(dataset)
+    if _is_path(s):
+        p = Path(s)
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", p.name)[:60] or "data"
-        return f"{stem}-{h}"
+        if p.is_file():
+            return hash_input(p)[:24], stem
+        if p.exists():
+            return "path" + hashlib.sha256(str(p.resolve()).encode("utf-8")).hexdigest()[:20], stem
+        raise InputError(f"dataset file {s[:200]!r} does not exist")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", s):
         raise ParameterError(f"dataset name {s[:40]!r} is neither an existing file nor a plain name")
-    return s
+    s = s.lower()  # built-in names are case-insensitive: one ledger for Rotten-Tomatoes and rotten-tomatoes
+    return s, s
+
+
+def dataset_id(dataset: str | os.PathLike) -> str:
+    """Stable id of a dataset: a plain (built-in) name, or ``<file name>-<content hash>`` for a file.
+
+    The ledger of an existing dataset may carry another file name (the first one used);
+    lookups go by the hash (:class:`Ledger`).
+    """
+    key, stem = dataset_key(dataset)
+    return key if key == stem else f"{stem}-{key}"
 
 
 def hash_input(path: str | os.PathLike | None, block: int = 1 << 22) -> str | None:
@@ -113,9 +151,38 @@ class Ledger:
 
     def __init__(self, dataset: str | os.PathLike, directory: str | os.PathLike | None = None):
         self.dataset = str(dataset)
-        self.id = dataset_id(dataset)
+        self.key, self._stem = dataset_key(dataset)
+        # the content hash at open time: what the budget protects, recorded with each release
+        self.input_sha256 = hash_input(dataset) if _is_path(self.dataset) else None
+        self.id = self.key if self.key == self._stem else f"{self._stem}-{self.key}"
         self.directory = Path(directory) if directory is not None else ledger_dir()
-        self.path = self.directory / f"{self.id}.jsonl"
+        self.lock_path = self.directory / f"{self.key}.lock"
+        self.path = self._find()
+
+    def _find(self) -> Path:
+        """The ledger file of this key: an existing one (any file name) or a new name."""
+        if self.key != self._stem:
+            found = sorted(self.directory.glob(f"*-{self.key}.jsonl")) if self.directory.is_dir() else []
+            if found:
+                return found[0]
+        return self.directory / f"{self.id}.jsonl"
+
+    @property
+    def head_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".head")
+
+    def exists(self) -> bool:
+        """True when this dataset already has a ledger file."""
+        return self.path.exists()
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Exclusive lock of this dataset's ledger (held across check + append)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a+") as fh:
+            with _locked(fh):
+                self.path = self._find()  # another process may have created it meanwhile
+                yield
 
     # ------------------------------------------------------------ reading
     def entries(self) -> list[dict[str, Any]]:
@@ -179,10 +246,11 @@ class Ledger:
         }
 
     def verify(self) -> bool:
-        """True when every line's ``prev`` is the hash of the line before it."""
+        """True when every line's ``prev`` is the hash of the line before it and the
+        count and last hash match the ``.head`` sidecar (a deleted last line fails)."""
         if not self.path.exists():
-            return True
-        prev = ""
+            return not self.head_path.exists()  # a head without its ledger: the ledger was deleted
+        prev, n = "", 0
         with open(self.path, encoding="utf-8") as fh:
             for line in fh:
                 if not line.strip():
@@ -194,7 +262,14 @@ class Ledger:
                 if e.get("prev", "") != prev:
                     return False
                 prev = _line_hash(line.rstrip("\n"))
-        return True
+                n += 1
+        if n == 0:
+            return not self.head_path.exists()
+        try:
+            head = json.loads(self.head_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(head, dict) and head.get("count") == n and head.get("last") == prev
 
     # ------------------------------------------------------------ checking
     def check(self, guarantee: Guarantee) -> None:
@@ -225,20 +300,25 @@ class Ledger:
 
     # ------------------------------------------------------------ writing
     def _append(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Append one entry; the caller holds :meth:`lock`."""
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+", encoding="utf-8") as fh:
             with _locked(fh):
                 fh.seek(0)
-                prev = ""
+                prev, n = "", 0
                 for line in fh:
                     if line.strip():
                         prev = _line_hash(line.rstrip("\n"))
+                        n += 1
                 entry = {"v": LEDGER_VERSION, "prev": prev, **entry}
                 line = json.dumps(entry, sort_keys=True, default=str, ensure_ascii=False)
                 fh.seek(0, os.SEEK_END)
                 fh.write(line + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
+        tmp = self.head_path.with_name(self.head_path.name + f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"count": n + 1, "last": _line_hash(line)}), encoding="utf-8")
+        os.replace(tmp, self.head_path)
         return entry
 
     def set_budget(self, epsilon: float, delta: float | None = None) -> dict[str, Any]:
@@ -251,8 +331,10 @@ class Ledger:
             raise ParameterError(f"budget epsilon must be a positive finite number, got {epsilon!r}")
         if delta is not None and not (0 <= float(delta) < 1):
             raise ParameterError(f"budget delta must be in [0, 1), got {delta!r}")
-        return self._append({"type": "budget", "time": _now(), "dataset": self.dataset, "epsilon": eps,
-                             "delta": None if delta is None else float(delta)})
+        with self.lock():
+            return self._append({"type": "budget", "time": _now(), "dataset": self.dataset, "epsilon": eps,
+                                 "delta": None if delta is None else float(delta),
+                                 "input_sha256": self.input_sha256})
 
     def record(
         self,
@@ -263,20 +345,28 @@ class Ledger:
         force: bool = False,
         input_hash: str | None = None,
     ) -> dict[str, Any]:
-        """Check the budget, then append a ``release`` entry; returns the entry.
+        """Check the budget and append a ``release`` entry atomically (one exclusive
+        lock held from the check to the fsync'ed append); returns the entry.
 
         Raises BudgetExceededError when over budget and not ``force`` (nothing is
         appended). ``card``: the privacy card written next to the output.
-        ``input_hash`` skips re-hashing when the caller already hashed the input.
+        ``input_hash`` skips re-hashing when the caller already hashed the input
+        (default: the hash of ``input_path``, else the hash taken when the ledger was opened).
         """
-        forced = False
-        if not force:
-            self.check(guarantee)
-        else:
-            try:
+        if input_hash is None:
+            input_hash = hash_input(input_path) if input_path is not None else self.input_sha256
+        with self.lock():
+            forced = False
+            if not force:
                 self.check(guarantee)
-            except BudgetExceededError:
-                forced = True
+            else:
+                try:
+                    self.check(guarantee)
+                except BudgetExceededError:
+                    forced = True
+            return self._record_locked(guarantee, card, command, forced, input_hash)
+
+    def _record_locked(self, guarantee, card, command, forced, input_hash) -> dict[str, Any]:
         rnd = (card.get("randomness") or card.get("seed") or {}) if isinstance(card, dict) else {}
         seeded = bool(rnd.get("seeded", False)) if isinstance(rnd, dict) else False
         return self._append({
@@ -286,7 +376,7 @@ class Ledger:
             "command": command,
             "guarantee": guarantee.to_dict(),
             "group": group_key(guarantee),
-            "input_sha256": input_hash if input_hash is not None else hash_input(input_path),
+            "input_sha256": input_hash,
             "seeded": seeded,
             "forced": forced,
             "card": card,

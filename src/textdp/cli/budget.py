@@ -26,6 +26,34 @@ def _fmt(x) -> str:
     return f"{x:.4g}"
 
 
+def _open(dataset: str, ledger_dir, creating: bool):
+    """The dataset's Ledger; InputError (exit 2, one line) for a typo.
+
+    ``creating`` (``budget set``): the dataset must be an existing file or a built-in
+    dataset name. Otherwise (show, verify) a plain name must also already have a ledger.
+    """
+    from pathlib import Path
+
+    from textdp.accounting.ledger import Ledger
+    from textdp.data.datasets import is_builtin, list_datasets
+    from textdp.errors import InputError
+
+    if Path(dataset).exists():
+        return Ledger(dataset, ledger_dir)
+    if is_builtin(dataset):
+        return Ledger(dataset.strip(), ledger_dir)
+    led = None
+    if not creating:
+        try:
+            led = Ledger(dataset, ledger_dir)
+        except Exception:  # a missing path or a bad name: reported below
+            led = None
+    if led is not None and led.exists():
+        return led  # a ledger made through the Python API under a plain name
+    raise InputError(f"{dataset[:200]!r} is neither an existing file nor a built-in dataset "
+                     f"({', '.join(list_datasets())})" + ("" if creating else " with a ledger"))
+
+
 @budget_app.command("show")
 @handle_errors
 def show(
@@ -36,9 +64,7 @@ def show(
     """Show the budget, the spend per guarantee group and every release of DATASET."""
     from rich.table import Table
 
-    from textdp.accounting.ledger import Ledger
-
-    led = Ledger(dataset, ledger_dir)
+    led = _open(dataset, ledger_dir, creating=False)
     summary = led.summary()
     if as_json:
         summary["release_log"] = [
@@ -48,7 +74,7 @@ def show(
         print_json(summary)
         return
     b = summary["budget"]
-    out_console.print(f"dataset: {dataset}  (ledger {summary['ledger']})", highlight=False)
+    out_console.print(f"dataset: {dataset}  (ledger {summary['ledger']})", highlight=False, markup=False)
     out_console.print("budget: " + (f"ε = {b['epsilon']:g}" + (f", δ = {b['delta']:g}" if b["delta"] else "")
                                     if b else "none set (textdp budget set DATASET --epsilon E)"), highlight=False)
     if not summary["chain_ok"]:
@@ -83,16 +109,14 @@ def set_(
     as_json: bool = opt_json(),
 ):
     """Set (or change) the privacy budget of DATASET; later releases over it are refused."""
-    from textdp.accounting.ledger import Ledger
-
-    led = Ledger(dataset, ledger_dir)
+    led = _open(dataset, ledger_dir, creating=True)
     led.set_budget(epsilon, delta)
     summary = led.summary()
     if as_json:
         print_json(summary)
         return
     out_console.print(f"budget of {dataset}: ε = {epsilon:g}" + (f", δ = {delta:g}" if delta else ""),
-                      highlight=False)
+                      highlight=False, markup=False)
     for key, g in summary["groups"].items():
         rem = g["remaining_epsilon"]
         out_console.print(f"  {key}: spent ε = {_fmt(g['epsilon'])}, remaining {_fmt(rem)}"
@@ -107,13 +131,13 @@ def verify(
     ledger_dir: Optional[str] = _opt_ledger_dir(),
 ):
     """Check the ledger's hash chain (exit 2 when an entry was edited or removed)."""
-    from textdp.accounting.ledger import Ledger
     from textdp.errors import InputError
 
-    led = Ledger(dataset, ledger_dir)
+    led = _open(dataset, ledger_dir, creating=False)
     if not led.verify():
-        raise InputError(f"ledger {led.path} fails its hash chain: an entry was edited, reordered or removed")
-    out_console.print(f"ledger {led.path}: {len(led.entries())} entries, hash chain ok", highlight=False)
+        raise InputError(f"ledger {led.path} fails its hash chain or its .head record: an entry was edited, "
+                         "reordered or removed")
+    out_console.print(f"ledger {led.path}: {len(led.entries())} entries, hash chain ok", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -154,8 +154,17 @@ def sanitize_command(
     if led is not None:  # append the release (with its card) after the card is written
         import json as _json
 
-        led.record(mech.guarantee, card=_json.loads(Path(card_file).read_text(encoding="utf-8")),
-                   input_path=None if builtin else input, command=f"sanitize --mechanism {mech_name}", force=True)
+        from textdp.errors import BudgetExceededError
+
+        try:  # re-checked under the ledger lock: a parallel release may have spent the budget meanwhile
+            led.record(mech.guarantee, card=_json.loads(Path(card_file).read_text(encoding="utf-8")),
+                       input_path=None if builtin else input, command=f"sanitize --mechanism {mech_name}",
+                       force=force)
+        except BudgetExceededError:
+            for f in (out, Path(card_file)):
+                f.unlink(missing_ok=True)
+            _remove_dirs(created)
+            raise
     total_s = time.perf_counter() - t0
     summary = {
         "input": input, "output": str(out), "card": str(card_file), "mechanism": mech.name,

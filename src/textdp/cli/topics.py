@@ -165,9 +165,17 @@ def train_command(
     model.save(out, overwrite=overwrite)
     entry = None
     if led is not None:
-        entry = led.record(model.guarantee, card=model.card(out / "model.npz"),
-                           input_path=input if Path(input).exists() else None,
-                           command=f"topics train --privacy {privacy}", force=force)
+        from textdp.errors import BudgetExceededError
+
+        try:  # re-checked under the ledger lock: a parallel release may have spent the budget meanwhile
+            entry = led.record(model.guarantee, card=model.card(out / "model.npz"),
+                               input_path=input if Path(input).exists() else None,
+                               command=f"topics train --privacy {privacy}", force=force)
+        except BudgetExceededError:
+            import shutil
+
+            shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+            raise
     summary = {"input": name, "output": str(out), "card": str(out / "model.card.json"), "method": model.method,
                "guarantee": model.guarantee.to_dict(), "guarantee_text": model.guarantee.describe(),
                "n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens, "n_words": corpus.n_words,

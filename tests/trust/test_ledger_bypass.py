@@ -1,0 +1,171 @@
+"""Regression tests: the privacy budget cannot be overspent without --force by a
+symlink, a copy, a race, a typo, or by deleting the last ledger line."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from textdp.accounting import MetricDP
+from textdp.accounting.ledger import Ledger
+from textdp.errors import BudgetExceededError
+
+
+def _app():
+    from textdp.cli.main import app
+
+    return app
+
+
+def _spend_two(data, led_dir):
+    led = Ledger(str(data), led_dir)
+    led.set_budget(5.0)
+    led.record(MetricDP(epsilon=3.0), command="sanitize")
+    with pytest.raises(BudgetExceededError):
+        led.record(MetricDP(epsilon=3.0), command="sanitize")
+
+
+@pytest.fixture
+def data(tmp_path):
+    f = tmp_path / "reviews.txt"
+    f.write_text("good film\nbad movie\ngreat film\n")
+    return f
+
+
+def test_symlink_shares_the_ledger(tmp_path, data):
+    d = tmp_path / "ledgers"
+    _spend_two(data, d)
+    link = tmp_path / "link.txt"
+    os.symlink(data, link)
+    led = Ledger(str(link), d)
+    assert led.path == Ledger(str(data), d).path  # found by content, not by the link's name
+    with pytest.raises(BudgetExceededError):
+        led.record(MetricDP(epsilon=3.0))
+    hard = tmp_path / "hard.txt"
+    os.link(data, hard)
+    with pytest.raises(BudgetExceededError):
+        Ledger(str(hard), d).check(MetricDP(epsilon=3.0))
+
+
+def test_copy_shares_the_ledger_and_a_changed_file_does_not(tmp_path, data):
+    d = tmp_path / "ledgers"
+    _spend_two(data, d)
+    sub = tmp_path / "elsewhere"
+    sub.mkdir()
+    copy = sub / "copy.txt"
+    copy.write_bytes(data.read_bytes())
+    with pytest.raises(BudgetExceededError):
+        Ledger(str(copy), d).record(MetricDP(epsilon=3.0))
+    assert len(list(d.glob("*.jsonl"))) == 1
+    copy.write_text("another dataset\n")  # a changed file is a different dataset
+    assert Ledger(str(copy), d).budget() is None
+
+
+def test_sanitize_symlink_and_copy_are_refused(tmp_path, data):
+    from textdp.embeddings import Embeddings  # noqa: F401  (the CLI loads it)
+
+    words = ["good", "great", "bad", "awful", "film", "movie"]
+    emb = tmp_path / "tiny.glove.txt"
+    vecs = [[1, 0, 0], [0.9, 0.1, 0], [-1, 0, 0], [-0.9, -0.1, 0], [0, 1, 0], [0, 0.95, 0.05]]
+    emb.write_text("".join(f"{w} {' '.join(map(str, v))}\n" for w, v in zip(words, vecs)))
+    led = str(tmp_path / "ledgers")
+    runner = CliRunner()
+
+    def san(inp, out):
+        return runner.invoke(_app(), ["sanitize", str(inp), "--embeddings", str(emb), "--ledger-dir", led,
+                                      "--seed", "1", "-q", "--epsilon", "3", "-o", str(tmp_path / out)])
+
+    assert runner.invoke(_app(), ["budget", "set", str(data), "--epsilon", "5", "--ledger-dir", led]).exit_code == 0
+    assert san(data, "a.txt").exit_code == 0
+    link = tmp_path / "link.txt"
+    os.symlink(data, link)
+    r = san(link, "g.txt")
+    assert r.exit_code == 2 and "budget" in r.output, r.output
+    assert not (tmp_path / "g.txt").exists()
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes(data.read_bytes())
+    r = san(copy, "h.txt")
+    assert r.exit_code == 2 and "budget" in r.output, r.output
+    assert not (tmp_path / "h.txt").exists()
+
+
+def _race_worker(args):
+    path, d, barrier = args
+    led = Ledger(path, d)
+    led.check(MetricDP(epsilon=3.0))  # both pass the early check ...
+    barrier.wait()
+    try:
+        led.record(MetricDP(epsilon=3.0), force=False)  # ... only one passes the locked re-check
+        return "ok"
+    except BudgetExceededError:
+        return "refused"
+
+
+def test_parallel_releases_cannot_both_spend(tmp_path, data):
+    d = str(tmp_path / "ledgers")
+    Ledger(str(data), d).set_budget(5.0)
+    ctx = mp.get_context("fork")
+    with ctx.Manager() as m:
+        barrier = m.Barrier(2)
+        with ctx.Pool(2) as pool:
+            res = pool.map(_race_worker, [(str(data), d, barrier)] * 2)
+    assert sorted(res) == ["ok", "refused"]
+    led = Ledger(str(data), d)
+    assert len(led.releases()) == 1 and led.verify()
+
+
+def test_sanitize_refuses_at_append_when_a_parallel_release_spent_the_budget(tmp_path, data, monkeypatch):
+    """The CLI's early check passes, another release lands meanwhile: the output is removed, exit 2."""
+    words = ["good", "bad", "film", "movie", "great"]
+    emb = tmp_path / "tiny.glove.txt"
+    emb.write_text("".join(f"{w} {i} 0.5 {i % 2}\n" for i, w in enumerate(words)))
+    led = str(tmp_path / "ledgers")
+    Ledger(str(data), led).set_budget(5.0)
+    import textdp.cli.sanitize as san_mod
+
+    real_run = san_mod._run
+
+    def run_then_parallel_spend(*a, **k):
+        r = real_run(*a, **k)
+        Ledger(str(data), led).record(MetricDP(epsilon=3.0), command="parallel")
+        return r
+
+    monkeypatch.setattr(san_mod, "_run", run_then_parallel_spend)
+    out = tmp_path / "o.txt"
+    r = CliRunner().invoke(_app(), ["sanitize", str(data), "--embeddings", str(emb), "--ledger-dir", led,
+                                    "--seed", "1", "-q", "--epsilon", "3", "-o", str(out)])
+    assert r.exit_code == 2 and "budget" in r.output, r.output
+    assert not out.exists() and not list(tmp_path.glob("o.txt*card*"))
+    assert [e["command"] for e in Ledger(str(data), led).releases()] == ["parallel"]
+
+
+def test_budget_cli_refuses_unknown_datasets(tmp_path):
+    runner = CliRunner()
+    d = str(tmp_path / "led")
+    for cmd in (["set", str(tmp_path / "nofile.txt"), "--epsilon", "1"], ["set", "nosuchds", "--epsilon", "1"],
+                ["show", "nosuchds"], ["verify", "nosuchds"], ["show", str(tmp_path / "nofile.txt")]):
+        r = runner.invoke(_app(), ["budget", *cmd, "--ledger-dir", d])
+        assert r.exit_code == 2, (cmd, r.output)
+        assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not (tmp_path / "led").exists() or not list((tmp_path / "led").glob("*.jsonl"))
+    r = runner.invoke(_app(), ["budget", "set", "rotten-tomatoes", "--epsilon", "1", "--ledger-dir", d])
+    assert r.exit_code == 0, r.output
+
+
+def test_deleting_the_last_line_is_detected(tmp_path, data):
+    d = tmp_path / "ledgers"
+    led = Ledger(str(data), d)
+    led.set_budget(5.0)
+    led.record(MetricDP(epsilon=1.0))
+    led.record(MetricDP(epsilon=2.0))
+    assert led.verify()
+    lines = led.path.read_text().splitlines(keepends=True)
+    led.path.write_text("".join(lines[:-1]))  # the chain of the rest is still valid
+    assert not led.verify()
+    r = CliRunner().invoke(_app(), ["budget", "verify", str(data), "--ledger-dir", str(d)])
+    assert r.exit_code == 2 and "head" in r.output
+    led.path.unlink()  # deleting the whole ledger leaves the head behind
+    assert not Ledger(str(data), d).verify()
