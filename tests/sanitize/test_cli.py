@@ -104,7 +104,7 @@ def test_demo_command_shape(tmp_path, monkeypatch):
     r = _run("rotten-tomatoes", "--mechanism", "santext", "--epsilon", "3", "--limit", "50",
              "--output", "demo-output/rt.santext.csv", "--overwrite")
     assert r.exit_code == 0, r.output
-    assert "privacy card" in r.stdout and "demo-output/rt.santext.card.json" in r.stdout
+    assert "privacy card" in r.stdout and "demo-output/rt.santext.csv.card.json" in r.stdout
     assert (tmp_path / "demo-output" / "rt.santext.csv").exists()
 
 

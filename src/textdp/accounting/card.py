@@ -19,7 +19,7 @@ output (or the budget ledger) never has to guess. Layout (``textdp-card/1``)::
       ...extra keys
     }
 
-The card of output ``DIR/NAME.EXT`` is ``DIR/NAME.card.json`` (:func:`card_path`).
+The card of output ``DIR/NAME.EXT`` is ``DIR/NAME.EXT.card.json`` (:func:`card_path`).
 Non-finite numbers are written as the strings ``"inf"``, ``"-inf"``, ``"nan"`` so
 the file is strict JSON; numpy scalars and arrays become plain JSON values.
 """
@@ -39,10 +39,10 @@ CARD_FORMAT = "textdp-card/1"
 
 
 def card_path(output: str | os.PathLike) -> Path:
-    """``DIR/NAME.card.json`` for output ``DIR/NAME.EXT`` (the last suffix is replaced)."""
+    """``DIR/NAME.EXT.card.json`` for output ``DIR/NAME.EXT`` (the full file name is kept, so outputs
+    that differ only in their suffix, e.g. ``r.fbdd.tsv`` and ``r.fbdd.txt``, get distinct cards)."""
     out = Path(output)
-    stem = out.name[: -len(out.suffix)] if out.suffix else out.name
-    return out.with_name(f"{stem}.card.json")
+    return out.with_name(f"{out.name}.card.json")
 
 
 def check_card_path(output: str | os.PathLike, overwrite: bool = False) -> Path:

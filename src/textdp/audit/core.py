@@ -130,7 +130,7 @@ def _import_callable(spec: str) -> Callable:
             f"--mechanism {spec!r}: cannot import module {mod_name!r} ({exc}); check the name and that it is "
             f"on PYTHONPATH or in the current directory"
         ) from None
-    except Exception as exc:  # noqa: BLE001 - user code failing at import time
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code failing (or exiting) at import time
         raise ParameterError(f"--mechanism {spec!r}: importing {mod_name!r} failed: {type(exc).__name__}: {exc}") from None
     try:
         fn = getattr(module, attr)
@@ -246,6 +246,11 @@ def _call(mech: Mechanism, x: np.ndarray, rng: np.random.Generator) -> np.ndarra
     except Exception as exc:  # noqa: BLE001 - user mechanism failed
         raise ParameterError(
             f"mechanism {mech.name!r} failed on input shape {x.shape}: {type(exc).__name__}: {exc}"
+        ) from None
+    except SystemExit as exc:  # user code calling sys.exit() must not end the audit silently
+        raise ParameterError(
+            f"mechanism {mech.name!r} called sys.exit({exc.code!r}) on input shape {x.shape}; a mechanism must "
+            f"return its records, not exit"
         ) from None
     return _check_output(y, x.shape[0], x.shape[1], mech.name)
 
@@ -444,7 +449,7 @@ def audit_mechanism(
     fast_ok = has_bits and statistic == "bits"
     if sampler == "sufficient-statistic" and not fast_ok:
         raise ParameterError(
-            "the sufficient-statistic sampler needs a built-in zoo mechanism and statistic='bits'; use sampler='full'"
+            "the sufficient-statistic sampler needs a built-in zoo mechanism and statistic='bits'; use sampler='full' (CLI: --full-noise)"
         )
     use_fast = sampler == "sufficient-statistic" or (sampler == "auto" and fast_ok)
     n_sel = max(1, math.ceil(selection_fraction * samples)) if strong else 0

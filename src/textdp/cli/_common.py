@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import typer
 from rich.console import Console
+from rich.markup import escape as esc
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from textdp.errors import TextDPError
@@ -26,7 +27,7 @@ ISSUE_URL = "https://github.com/textdp/textdp/issues"
 
 def fail(message: str, code: int = 2) -> None:
     """Print one line to stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {esc(str(message))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -47,7 +48,7 @@ def handle_errors(func: Callable) -> Callable:
         except KeyboardInterrupt:
             fail("interrupted; no output was written", 130)
         except MemoryError:
-            fail("out of memory; use a smaller --block-size or --chunk-size", 1)
+            fail("out of memory; try a smaller input or sizes", 1)
         except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
             if os.environ.get("TEXTDP_DEBUG"):
                 raise

@@ -27,11 +27,17 @@ def _floats(text: str, name: str) -> list[float]:
     return vals
 
 
+_MAX_DIMS = 10**6
+_MAX_SAMPLES = 10**12
+
+
 def _ints(text: str, name: str) -> list[int]:
     vals = _floats(text, name)
     for v in vals:
         if not math.isfinite(v) or v != int(v) or v < 1:
             raise ParameterError(f"{name} must be positive integers, got {text!r}")
+        if name == "--dims" and v > _MAX_DIMS:
+            raise ParameterError(f"{name} must be at most {_MAX_DIMS:.0e}, got {text!r}")
     return [int(v) for v in vals]
 
 
@@ -42,6 +48,8 @@ def _count(text: str, name: str) -> int:
         raise ParameterError(f"{name} must be a positive integer such as 1e6, got {text!r}") from None
     if not math.isfinite(v) or v < 1 or v != int(v):
         raise ParameterError(f"{name} must be a positive integer such as 1e6, got {text!r}")
+    if v > _MAX_SAMPLES:
+        raise ParameterError(f"{name} must be at most {_MAX_SAMPLES:.0e}, got {text!r}")
     return int(v)
 
 
@@ -154,7 +162,7 @@ def register(app: typer.Typer) -> None:
             for name, info in sorted(registry().items()):
                 if info.capability == "audit":
                     flag = " [BROKEN: " + info.reason + "]" if info.broken else ""
-                    out_console.print(f"{name[len('audit.'):]:<18} {info.description}{flag}", highlight=False)
+                    out_console.print(f"{name[len('audit.'):]:<18} {info.description}{flag}", highlight=False, markup=False)
             return
         if grid is None and mechanism is None:
             raise ParameterError("give --mechanism NAME (with --epsilon) or --grid habernal2022; see textdp audit --help")
@@ -230,6 +238,6 @@ def register(app: typer.Typer) -> None:
                 _print_cells(result.cells, alpha)
             if not quiet:
                 for p in paths:
-                    err_console.print(f"wrote {p}", highlight=False)
+                    err_console.print(f"wrote {p}", highlight=False, markup=False)
         if fail_on_violation and any(c.any_violation for c in result.cells):
             raise typer.Exit(3)

@@ -205,7 +205,8 @@ def glm_cmd(
     out_console.print(t)
     out_console.print("Per-record FIL values depend on the data: keep records.csv private.")
     if out is not None and not quiet:
-        err_console.print(f"wrote {out}/records.csv, summary.json" + (", attack_vs_bound.png" if trials > 0 else ""))
+        err_console.print(f"wrote {out}/records.csv, summary.json" + (", attack_vs_bound.png" if trials > 0 else ""),
+                          markup=False)
 
 
 @bounds_app.command("dpsgd")

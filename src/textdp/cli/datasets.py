@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from textdp.cli._common import handle_errors, opt_json, out_console, print_json
+from textdp.cli._common import esc, handle_errors, opt_json, out_console, print_json
 
 __all__ = ["register", "datasets_command"]
 
@@ -59,7 +59,7 @@ def datasets_command(
         print_json(info)
         return info
     for k, v in info.items():
-        out_console.print(f"[bold]{k}[/]: {v}", highlight=False)
+        out_console.print(f"[bold]{k}[/]: {esc(str(v))}", highlight=False)
     return info
 
 

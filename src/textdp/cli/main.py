@@ -54,7 +54,17 @@ for _mod in _COMMAND_MODULES:
     _m.register(app)
 
 
+def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    import signal
+
+    try:  # SIGTERM (timeout, kill) cleans up like Ctrl-C: atomic writers remove temp files
+        signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    except (ValueError, OSError):  # not the main thread / unsupported platform
+        pass
     app()
 
 
