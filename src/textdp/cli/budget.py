@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from textdp.cli._common import handle_errors, opt_json, out_console, print_json
+from textdp.cli._common import esc, handle_errors, opt_json, out_console, print_json
 
 budget_app = typer.Typer(help="Privacy-budget ledger of a dataset: what was released, what is left.",
                          no_args_is_help=True)
@@ -119,7 +119,7 @@ def set_(
                       highlight=False, markup=False)
     for key, g in summary["groups"].items():
         rem = g["remaining_epsilon"]
-        out_console.print(f"  {key}: spent ε = {_fmt(g['epsilon'])}, remaining {_fmt(rem)}"
+        out_console.print(f"  {esc(str(key))}: spent ε = {_fmt(g['epsilon'])}, remaining {_fmt(rem)}"
                           + ("  [bold red](already over budget)[/]" if rem is not None and rem < 0 else ""),
                           highlight=False)
 

@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from textdp.cli._common import handle_errors, out_console, opt_json, opt_output, opt_overwrite, opt_quiet, opt_seed
+from textdp.cli._common import esc, handle_errors, out_console, opt_json, opt_output, opt_overwrite, opt_quiet, opt_seed
 
 __all__ = ["register", "sanitize_command"]
 
@@ -300,14 +300,14 @@ def _print_summary(s: dict, seed) -> None:
     from rich.table import Table
 
     t = Table(show_header=False, box=None, pad_edge=False)
-    t.add_row("mechanism", f"{s['mechanism']}: {s['guarantee']}")
+    t.add_row("mechanism", esc(f"{s['mechanism']}: {s['guarantee']}"))
     t.add_row("documents", f"{s['documents']:,}")
     t.add_row("tokens", f"{s['tokens']:,} ({s['share_changed']:.1%} changed; {s['oov_tokens']:,} without "
                         f"embedding, policy '{s['oov_policy']}')")
     tps = f"{s['tokens_per_second']:,} tokens/s" if s["tokens_per_second"] else ""
     t.add_row("time", f"{s['seconds_total']:.2f} s total, {s['seconds_sanitizing']:.2f} s sanitizing ({tps})")
-    t.add_row("output", s["output"])
-    t.add_row("privacy card", s["card"])
+    t.add_row("output", esc(str(s["output"])))
+    t.add_row("privacy card", esc(str(s["card"])))
     if seed is not None:
         t.add_row("seed", f"{seed} (reproducible research run: not for release)")
     out_console.print(t)
