@@ -19,7 +19,7 @@ def model(synth):
 
 def test_save_load_roundtrip(model, tmp_path):
     out = model.save(tmp_path / "m")
-    assert {p.name for p in out.iterdir()} == {"model.npz", "model.json", "model.card.json"}
+    assert {p.name for p in out.iterdir()} == {"model.npz", "model.json", "model.card.json", ".textdp-output.json"}
     back = load_model(out)
     assert np.array_equal(back.topic_word, model.topic_word)
     assert back.vocabulary == model.vocabulary and back.alpha == model.alpha and back.beta == model.beta

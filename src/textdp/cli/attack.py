@@ -51,19 +51,9 @@ def invert(
 
     if output is None:
         raise ParameterError("--output DIR is required (the result folder)")
-    out = Path(output)
-    if out.exists() and not overwrite:
-        from textdp.errors import OutputError
+    from textdp.data.io import check_output_dir
 
-        raise OutputError(f"output folder {str(out)!r} already exists; pass --overwrite to replace it")
-    if out.exists() and not out.is_dir():
-        from textdp.errors import OutputError
-
-        raise OutputError(f"output {str(out)!r} is a file; --output must be a folder")
-    if not (out.parent if str(out.parent) else Path(".")).exists():
-        from textdp.errors import OutputError
-
-        raise OutputError(f"folder {str(out.parent)!r} of the output does not exist; create it first")
+    out = check_output_dir(output, overwrite=overwrite, inputs=[dataset] if Path(dataset).exists() else None)
     methods = list(METHODS) if method.strip().lower() == "all" else [m.strip().lower() for m in method.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:

@@ -117,7 +117,8 @@ def train_command(
     json_out: bool = opt_json(),
 ):
     """Train an LDA topic model (optionally differentially private) and save it with its privacy card."""
-    from textdp.errors import OutputError, ParameterError
+    from textdp.data.io import check_output_dir
+    from textdp.errors import ParameterError
     from textdp.topics import OLPLDA, Corpus, make_trainer
 
     if privacy not in ("none", "hdp", "lp", "olp"):
@@ -140,8 +141,8 @@ def train_command(
 
     train_texts, _, name = _load_texts(input, split, text_column, limit)
     out = Path(output) if output is not None else Path(f"{Path(name).stem if not name.isidentifier() else name}.{privacy}.topics")
-    if out.exists() and not overwrite:
-        raise OutputError(f"output {str(out)!r} already exists; pass --overwrite to replace it")
+    in_paths = [p for p in (input, prior_corpus) if p is not None and Path(p).exists()]
+    check_output_dir(out, overwrite=overwrite, inputs=in_paths)
     led = None
     if not no_ledger:
         from textdp.accounting.ledger import Ledger
@@ -162,7 +163,7 @@ def train_command(
     with bar:
         model = trainer.fit(corpus, callback=cb)
     model.info["input"] = name
-    model.save(out, overwrite=overwrite)
+    model.save(out, overwrite=overwrite, inputs=in_paths)
     entry = None
     if led is not None:
         from textdp.errors import BudgetExceededError

@@ -485,3 +485,116 @@ class TableWriter:
         if self._pq is not None:
             self._pq.close()
         return self._cm.__exit__(exc_type, exc, tb)
+
+
+# ----------------------------------------------------------------------------- output folders
+#: Marker file written into every folder created by :func:`atomic_output_dir`.
+OUTPUT_MARKER = ".textdp-output.json"
+# Files that identify folders written by textdp before the marker existed (format-checked).
+_LEGACY_MARKERS = {"textdp_mlm.json": None, "model.json": "textdp-"}
+
+
+def is_textdp_output(path: str | os.PathLike) -> bool:
+    """True when folder ``path`` carries a textdp output marker (of any kind)."""
+    p = Path(path)
+    if (p / OUTPUT_MARKER).is_file():
+        return True
+    for name, prefix in _LEGACY_MARKERS.items():
+        f = p / name
+        if not f.is_file():
+            continue
+        if prefix is None:
+            return True
+        try:
+            fmt = json.loads(f.read_text("utf-8")).get("format", "")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(fmt, str) and fmt.startswith(prefix):
+            return True
+    return False
+
+
+def check_output_dir(
+    path: str | os.PathLike, overwrite: bool = False, inputs: list | None = None, create_parents: bool = False
+) -> Path:
+    """Validate an output *folder* before any work is done; returns it as a Path.
+
+    Refuses (OutputError) when: an input lies inside (or is) the folder; it is a file;
+    it is a non-empty folder and ``overwrite`` is False; it is a non-empty folder not
+    written by textdp (no marker), even with ``overwrite``; its parent folder is
+    missing (unless ``create_parents``). An existing empty folder may be used.
+    """
+    out = Path(path)
+    target = out.resolve()
+    for inp in inputs or []:
+        if inp is None:
+            continue
+        ip = Path(inp).resolve()
+        if ip == target or target in ip.parents:
+            raise OutputError(f"input {str(inp)!r} lies inside the output folder {str(out)!r}; choose another --output")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise OutputError(f"output {str(out)!r} is a file or link; give a new folder name")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise OutputError(f"output folder {str(out)!r} already exists; pass --overwrite to replace it")
+        if not is_textdp_output(out):
+            raise OutputError(f"folder {str(out)!r} exists and was not written by textdp; choose another --output")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        if not create_parents:
+            raise OutputError(f"folder {str(parent)!r} of the output does not exist; create it first")
+    return out
+
+
+def _umask() -> int:
+    old = os.umask(0o22)
+    os.umask(old)
+    return old
+
+
+@contextlib.contextmanager
+def atomic_output_dir(
+    path: str | os.PathLike, overwrite: bool = False, kind: str = "output", inputs: list | None = None,
+    create_parents: bool = False,
+):
+    """Build an output folder atomically: yields a fresh temporary folder next to ``path``;
+    when the block succeeds, a marker file (:data:`OUTPUT_MARKER`, recording ``kind``) is
+    written into it and it replaces ``path``; when it fails it is deleted and ``path`` is
+    untouched. An existing folder is only ever replaced when it is empty, or when
+    ``overwrite`` is True and it carries a textdp marker (see :func:`check_output_dir`,
+    which is called first and again just before the swap). New folders get the
+    permissions ``0o777 & ~umask``.
+    """
+    out = check_output_dir(path, overwrite, inputs, create_parents)
+    parent = out.parent if str(out.parent) else Path(".")
+    if create_parents:
+        parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+    try:
+        os.chmod(tmp, 0o777 & ~_umask())
+        yield tmp
+        try:
+            from textdp import __version__ as version
+        except Exception:  # noqa: BLE001
+            version = None
+        (tmp / OUTPUT_MARKER).write_text(
+            json.dumps({"format": "textdp-output", "kind": kind, "textdp_version": version}), "utf-8")
+        check_output_dir(out, overwrite, inputs, create_parents)  # re-check: the folder may have changed meanwhile
+        if out.is_dir() and any(out.iterdir()):
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
+            os.replace(out, old / "d")
+            try:
+                os.replace(tmp, out)
+            except BaseException:
+                os.replace(old / "d", out)
+                raise
+            import shutil
+
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)  # onto a missing or empty folder
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

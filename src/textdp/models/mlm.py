@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -294,10 +292,10 @@ class MaskedLM:
     # persistence ----------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
         """Write the model (``save_pretrained``), ``vocab.txt`` and ``textdp_mlm.json`` atomically."""
+        from textdp.data.io import atomic_output_dir
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-        try:
+        with atomic_output_dir(path, overwrite=True, kind="mlm", create_parents=True) as tmp:
             self.model.save_pretrained(tmp)
             (tmp / "vocab.txt").write_text("\n".join(self.vocab.words) + "\n", encoding="utf-8")
             try:  # tokenizer files so AutoTokenizer / load_classifier can fine-tune the encoder
@@ -307,12 +305,6 @@ class MaskedLM:
             except Exception:  # noqa: BLE001 - optional convenience only
                 pass
             (tmp / _MARKER).write_text(json.dumps({"format": _FORMAT, "kind": "word", **self.info}), "utf-8")
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return path
 
     @classmethod

@@ -24,8 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,22 +153,17 @@ class TopicModel:
             "seed": self.seed, "info": info, "vocabulary": list(self.vocabulary),
         }
 
-    def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
+    def save(self, path: str | os.PathLike, overwrite: bool = False, inputs: list | None = None) -> Path:
         """Write the model folder atomically (see the module docstring). Returns the folder.
 
         Raises OutputError when ``path`` exists and ``overwrite`` is False, is a file,
-        or its parent folder is missing.
+        is a non-empty folder not written by textdp, contains one of ``inputs``, or its
+        parent folder is missing (see :func:`textdp.data.io.atomic_output_dir`).
         """
+        from textdp.data.io import atomic_output_dir
+
         out = Path(path)
-        parent = out.parent if str(out.parent) else Path(".")
-        if not parent.is_dir():
-            raise OutputError(f"folder {str(parent)!r} of the output does not exist; create it first")
-        if out.exists() and not overwrite:
-            raise OutputError(f"output {str(out)!r} already exists; pass --overwrite to replace it")
-        if out.exists() and not out.is_dir():
-            raise OutputError(f"output {str(out)!r} is a file; give a folder name for the model")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
-        try:
+        with atomic_output_dir(out, overwrite=overwrite, kind="topic-model", inputs=inputs) as tmp:
             arrays = {"topic_word": self.topic_word}
             if self.topic_word_counts is not None and self.method == "lda":
                 arrays["topic_word_counts"] = np.asarray(self.topic_word_counts, dtype=np.int32)
@@ -178,16 +171,6 @@ class TopicModel:
             (tmp / "model.json").write_text(json.dumps(self.to_json(), indent=1, default=_json_default), "utf-8")
             card = self.card(output=out / "model.npz")
             (tmp / "model.card.json").write_text(json.dumps(card, indent=2, ensure_ascii=False), "utf-8")
-            if out.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
-                os.replace(out, old / "m")
-                os.replace(tmp, out)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return out
 
     @classmethod

@@ -23,8 +23,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -143,17 +141,14 @@ def _cache_dir(kind: str, key_obj: dict) -> Path:
     return cache_root() / "attack-invert" / f"{kind}-{config_key(key_obj)}"
 
 
-def _atomic_dir(final: Path, writer: Callable[[Path], None]) -> None:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
+def _atomic_dir(final: Path, writer: Callable[[Path], None], overwrite: bool = True, kind: str = "attack-invert-cache",
+                inputs: list | None = None) -> None:
+    """Build folder ``final`` atomically through :func:`textdp.data.io.atomic_output_dir`: an
+    existing non-empty folder is only replaced when it carries a textdp marker."""
+    from textdp.data.io import atomic_output_dir
+
+    with atomic_output_dir(final, overwrite=overwrite, kind=kind, inputs=inputs, create_parents=True) as tmp:
         writer(tmp)
-        if final.exists():
-            shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _santext(texts: list[str], cfg: InversionConfig, rng) -> tuple[list[str], dict]:
@@ -621,14 +616,9 @@ def write_report(report: InversionReport, output: str | os.PathLike, overwrite: 
     ``summary.csv``, ``summary.md``, ``examples.csv`` (ground truth, inverted),
     ``plot.png`` and ``report.json``. Raises OutputError when ``output`` exists
     (without ``overwrite``), is a file, or its parent folder is missing."""
-    out = Path(output)
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"output {str(out)!r} is a file; --output must be a folder")
-    if out.exists() and not overwrite:
-        raise OutputError(f"output folder {str(out)!r} already exists; pass --overwrite to replace it")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.exists():
-        raise OutputError(f"folder {str(parent)!r} of the output does not exist; create it first")
+    from textdp.data.io import check_output_dir
+
+    out = check_output_dir(output, overwrite=overwrite)
 
     def writer(tmp: Path):
         report.texts.to_csv(tmp / "inverted.csv", index=False)
@@ -647,5 +637,5 @@ def write_report(report: InversionReport, output: str | os.PathLike, overwrite: 
         _plot(report.summary, tmp / "plot.png")
         (tmp / "report.json").write_text(json.dumps(report.card, indent=2, default=str))
 
-    _atomic_dir(out, writer)
+    _atomic_dir(out, writer, overwrite=overwrite, kind="attack-invert-report")
     return out
