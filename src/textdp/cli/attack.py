@@ -75,6 +75,15 @@ def invert(
     cfg = cfg.with_overrides(**over)
     if gen_length is not None:
         cfg = cfg.with_overrides(gen_length_cap=gen_length)
+    cfg.validate()  # every numeric knob: finite, sensible sign, before any work
+    from textdp.attacks.inversion.pipeline import DEFENCES
+
+    if defence.strip().lower() not in DEFENCES:
+        raise ParameterError(f"unknown --defence {defence!r}; choose one of: {', '.join(DEFENCES)}")
+    if str(cfg.target_model).strip().lower() != "tiny":
+        from textdp.models.classifier import resolve_model_path
+
+        resolve_model_path(cfg.target_model, what="target model")  # offline existence check, no download
     seed_list = [seed + i for i in range(seeds)] if seed is not None else [None] * seeds
 
     with progress(quiet) as bar:
@@ -82,7 +91,7 @@ def invert(
             task = bar.add_task(desc, total=total)
             return lambda n=1: bar.advance(task, n)
 
-        log = (lambda s: None) if quiet else (lambda s: err_console.print(s, highlight=False))
+        log = (lambda s: None) if quiet else (lambda s: err_console.print(s, highlight=False, markup=False))
         report = run_inversion(dataset, methods=methods, defence=defence.strip().lower(), preset=cfg,
                                seeds=seed_list, progress=prog, log=log)
     write_report(report, out, overwrite=overwrite)

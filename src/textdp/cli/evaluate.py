@@ -9,14 +9,22 @@ from typing import Optional
 
 import typer
 
-from textdp.cli._common import err_console, handle_errors, out_console, opt_json, opt_overwrite, opt_quiet, opt_seed, \
+from textdp.cli._common import esc, err_console, handle_errors, out_console, opt_json, opt_overwrite, opt_quiet, opt_seed, \
     print_json, progress
 
 __all__ = ["register", "evaluate_command"]
 
 
-def _split(s: str) -> list[str]:
-    return [x.strip() for x in s.split(",") if x.strip()]
+def _split(s: str, option: str) -> list[str]:
+    """Items of a comma list; an empty item ("1,,2", "1,") is a ParameterError."""
+    from textdp.errors import ParameterError
+
+    items = [x.strip() for x in s.split(",")]
+    if not s.strip():
+        raise ParameterError(f"{option} is empty; give a comma list such as 1,2,3")
+    if any(not x for x in items):
+        raise ParameterError(f"{option} {s!r} has an empty item; separate items with single commas and no trailing comma")
+    return items
 
 
 @handle_errors
@@ -58,34 +66,39 @@ def evaluate_command(
     """Privacy-utility evaluation: sanitize → train → attack for every mechanism × ε."""
     from textdp.errors import ParameterError
 
-    mech_list, eps_list = _split(mechanisms), _split(epsilons)
+    mech_list, eps_list = _split(mechanisms, "--mechanisms"), _split(epsilons, "--epsilons")
     try:
         eps_vals = [float(e) for e in eps_list]
     except ValueError:
         raise ParameterError(f"--epsilons must be a comma list of numbers, got {epsilons!r}") from None
-    atk = [] if attacks.strip().lower() == "none" else _split(attacks)
-    if pretraining is not None:
-        from textdp.evaluate.pretrain import compare_pretraining
+    atk = [] if attacks.strip().lower() == "none" else [a.lower() for a in _split(attacks, "--attacks")]
+    if epochs < 1:
+        raise ParameterError(f"--epochs must be >= 1, got {epochs}")
+    from textdp.evaluate import SweepConfig
 
-        if not mech_list or not eps_vals:
-            raise ParameterError("--pretraining needs one mechanism and one ε")
-        say = (lambda s: None) if quiet else (lambda s: err_console.print(f"[dim]{s}[/]"))
-        res = compare_pretraining(dataset, mech_list[0], eps_vals[0], preset=pretraining, embeddings=embeddings,
-                                  seed=seed, stage=say)
-        if json_out:
-            print_json(res)
-        else:
-            out_console.print(f"sanitization-aware pretraining on {dataset}, {mech_list[0]} ε={eps_vals[0]:g} "
-                              f"({res['preset']} preset): plain {res['plain']:.3f}, control {res['control']:.3f}, "
-                              f"sanitization-aware {res['sanitization_aware']:.3f} (gain {res['gain']:+.3f})")
-        return
-    from textdp.evaluate import SweepConfig, run_sweep
-
+    # every option is checked here, before any data is loaded, model trained or folder created
     cfg = SweepConfig(dataset=dataset, mechanisms=mech_list, epsilons=eps_vals, model=model, max_docs=max_docs,
                       embeddings=embeddings, w=w, p=p, attacks=atk, prior=prior, mlm=mlm, mlm_preset=mlm_preset,
                       max_attack_tokens=max_attack_tokens, max_mask_positions=max_mask_positions, seed=seed,
                       model_options={} if model == "tfidf" else {"epochs": epochs})
     cfg.validate()
+    if pretraining is not None:
+        from textdp.evaluate.pretrain import PRETRAIN_PRESETS, compare_pretraining
+
+        if pretraining not in PRETRAIN_PRESETS:
+            raise ParameterError(f"unknown --pretraining preset {pretraining!r}; use {', '.join(PRETRAIN_PRESETS)}")
+        say = (lambda s: None) if quiet else (lambda s: err_console.print(f"[dim]{esc(str(s))}[/]"))
+        res = compare_pretraining(dataset, mech_list[0], eps_vals[0], preset=pretraining, embeddings=embeddings,
+                                  seed=seed, stage=say)
+        if json_out:
+            print_json(res)
+        else:
+            out_console.print(f"sanitization-aware pretraining on {esc(str(dataset))}, {mech_list[0]} ε={eps_vals[0]:g} "
+                              f"({res['preset']} preset): plain {res['plain']:.3f}, control {res['control']:.3f}, "
+                              f"sanitization-aware {res['sanitization_aware']:.3f} (gain {res['gain']:+.3f})")
+        return
+    from textdp.evaluate import run_sweep
+
     n_cells = 1 + len(cfg.mechanisms) * len(cfg.epsilons)
     with progress(quiet) as bar:
         task = bar.add_task("cells", total=n_cells)
@@ -114,7 +127,7 @@ def evaluate_command(
                     for v in r.values()])
     out_console.print(t)
     if not quiet:
-        err_console.print(f"report: {Path(output) / 'report.html'}  ({res.seconds:.1f} s"
+        err_console.print(f"report: {esc(str(Path(output) / 'report.html'))}  ({res.seconds:.1f} s"
                           + (f", {res.resumed_cells} cells from cache" if res.resumed_cells else "") + ")")
 
 

@@ -186,10 +186,10 @@ def train_command(
         print_json(summary)
     elif not quiet:
         _print_topics(model, top)
-        out_console.print(f"guarantee: {summary['guarantee_text']}", highlight=False)
+        out_console.print(f"guarantee: {summary['guarantee_text']}", highlight=False, markup=False)
         if model.seed.get("seeded"):
             out_console.print("[yellow]seeded run: reproducible, not for release[/]")
-        out_console.print(f"model: {out}   card: {summary['card']}", highlight=False)
+        out_console.print(f"model: {out}   card: {summary['card']}", highlight=False, markup=False)
 
 
 def _print_topics(model, top: int) -> None:
@@ -266,7 +266,7 @@ def evaluate_command(
         print_json(res)
         return
     out_console.print(f"held-out perplexity ({protocol}, {iterations} sweeps, burn-in {burn_in}) on {name}: "
-                      f"{res['perplexity']:.1f}", highlight=False)
+                      f"{res['perplexity']:.1f}", highlight=False, markup=False)
     if coherence:
         out_console.print(f"NPMI coherence (top {top}, mean over {model.n_topics} topics): {res['npmi_mean']:.3f}",
                           highlight=False)
@@ -282,11 +282,17 @@ def export_command(
     overwrite: bool = opt_overwrite(),
 ):
     """Export a model for gensim or as plain CSV."""
+    from textdp.errors import ParameterError
     from textdp.topics import load_model
 
-    files = load_model(model_dir).export(output, format, top, overwrite)
+    fmt = format.strip().lower()
+    if fmt not in ("gensim", "csv"):  # checked before anything is read or created
+        raise ParameterError(f"unknown export format {format!r}; use 'gensim' or 'csv'")
+    if top < 1:
+        raise ParameterError(f"--top must be >= 1, got {top}")
+    files = load_model(model_dir).export(output, fmt, top, overwrite)
     for f in files:
-        out_console.print(str(f), highlight=False)
+        out_console.print(str(f), highlight=False, markup=False)
 
 
 @topics_app.command("tradeoff")
@@ -351,8 +357,8 @@ def tradeoff_command(
         print_json({"plot": str(output), "table": str(csv_path), "rows": df.to_dict(orient="records")})
     elif not quiet:
         out_console.print(df[["method", "epsilon", "perplexity", "seconds"]].to_string(index=False, float_format="%.1f"),
-                          highlight=False)
-        out_console.print(f"plot: {output}   table: {csv_path}", highlight=False)
+                          highlight=False, markup=False)
+        out_console.print(f"plot: {output}   table: {csv_path}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

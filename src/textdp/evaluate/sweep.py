@@ -103,6 +103,31 @@ class SweepConfig:
             raise ParameterError(f"--max-docs must be at least 2, got {self.max_docs}")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             raise ParameterError(f"seed must be a non-negative integer, got {self.seed!r}")
+        for name in ("w", "p"):
+            v = getattr(self, name)
+            try:
+                fv = float(v)
+            except (TypeError, ValueError):
+                raise ParameterError(f"--{name} must be a number in [0, 1], got {v!r}") from None
+            if not (np.isfinite(fv) and 0.0 <= fv <= 1.0):
+                raise ParameterError(f"--{name} must be in [0, 1], got {v!r}")
+        if not isinstance(self.prior, str) or self.prior.strip().lower() not in ("wordfreq", "uniform"):
+            raise ParameterError(f"unknown --prior {self.prior!r}; use wordfreq or uniform")
+        self.prior = self.prior.strip().lower()
+        for name in ("max_attack_tokens", "max_mask_positions"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+                raise ParameterError(f"--{name.replace('_', '-')} must be a whole number >= 1, got {v!r}")
+        if "mask" in self.attacks and self.mlm is None and self.mlm_preset not in ("tiny", "small", "base"):
+            raise ParameterError(f"unknown --mlm-preset {self.mlm_preset!r}; use tiny, small or base")
+        emb = str(self.embeddings).strip()
+        if emb.lower() not in ("glove", "glove-6b-50d", "glove.6b.50d", "minilm", "all-minilm-l6-v2") \
+                and not Path(emb).exists():
+            raise InputError(f"unknown --embeddings {emb!r}: use glove-6b-50d, minilm, a GloVe/word2vec text file "
+                             "or a local Hugging Face model folder")
+        _check_model(self.model, "model", allow_tfidf=True)
+        if "mask" in self.attacks and self.mlm is not None:
+            _check_model(self.mlm, "masked LM", allow_tfidf=False)
         return self
 
     def cell_hash(self) -> str:
@@ -113,6 +138,37 @@ class SweepConfig:
         d["model_options"] = {k: v for k, v in sorted(self.model_options.items()) if not callable(v)}
         d["v"] = _CACHE_VERSION
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _check_model(name, what: str, *, allow_tfidf: bool) -> None:
+    """Offline existence check of a model option (no training, no network).
+
+    A path-like value (starts with ``.``, ``~`` or ``/``, or has more than one ``/``)
+    must be an existing folder; a bare name must be ``tfidf``/``minilm``, a local
+    folder, or already in the local Hugging Face cache.
+    """
+    s = str(name).strip() if name is not None else ""
+    if not s:
+        raise ParameterError(f"empty {what} name; use {'tfidf, ' if allow_tfidf else ''}minilm or a local model folder")
+    if allow_tfidf and s.lower() in ("tfidf", "minilm", "all-minilm-l6-v2", "minilm-l6"):
+        return
+    p = Path(s).expanduser()
+    if p.is_dir():
+        return
+    if p.exists():
+        raise InputError(f"{what} {s!r} is a file; give a Hugging Face model folder")
+    if s.startswith((".", "~", "/")) or "\\" in s or s.count("/") > 1:
+        raise InputError(f"{what} folder {s!r} does not exist")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(s, "config.json")
+    except Exception:  # noqa: BLE001 - missing package or invalid repo id: not available
+        hit = None
+    if not isinstance(hit, str):
+        alts = " (or tfidf, minilm)" if allow_tfidf else ""
+        raise InputError(f"{what} {s!r} is not available offline; pass a local model folder{alts}; "
+                         "textdp never downloads models")
 
 
 @dataclass

