@@ -77,7 +77,7 @@ def detect_format(path: str | os.PathLike, fmt: str | None = None) -> str:
             return _SUFFIX[s]
     raise InputError(
         f"cannot tell the format of {p.name!r} from its suffix; use .csv, .tsv, .jsonl, .parquet "
-        "or .txt, or pass the format explicitly (--format)"
+        "or .txt (rename or copy the file to one of these suffixes)"
     )
 
 
@@ -123,7 +123,7 @@ def _decode_error(path: Path, encoding: str) -> InputError:
     where = f" on line {bad[0]}" if bad else ""
     return InputError(
         f"{path.name}: bytes that are not valid {encoding}{where}; re-encode the file as UTF-8 "
-        f"(e.g. iconv -f latin1 -t utf-8) or pass --encoding"
+        f"(e.g. iconv -f latin1 -t utf-8 IN > OUT)"
     )
 
 
@@ -170,7 +170,7 @@ def _read_txt(path: Path, encoding: str, nrows: int | None = None) -> pd.DataFra
             except UnicodeDecodeError:
                 raise InputError(
                     f"{path.name}: bytes that are not valid {encoding} on line {i}; re-encode the file "
-                    "as UTF-8 or pass --encoding"
+                    "as UTF-8 (e.g. iconv -f latin1 -t utf-8 IN > OUT)"
                 ) from None
             if i == 1 and line.startswith("\ufeff"):
                 line = line[1:]
@@ -221,7 +221,8 @@ def read_table(
         raise InputError(f"{p.name}: no data (the file has no header or rows)") from None
     except pd.errors.ParserError as exc:
         msg = excerpt(str(exc).strip().splitlines()[-1], 100)  # library text may quote input: marked, short
-        raise InputError(f"{p.name}: malformed {fmt.upper()} ({msg}); fix the file or choose --format") from None
+        raise InputError(f"{p.name}: malformed {fmt.upper()} ({msg}); fix the file or give it the suffix of its real format "
+                         "(.csv, .tsv, .jsonl, .parquet, .txt)") from None
     except (OSError, ValueError) as exc:
         if isinstance(exc, InputError):
             raise
@@ -397,6 +398,8 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
     os.close(fd)
     try:
         yield Path(tmp)
+        with contextlib.suppress(FileNotFoundError):  # mkstemp makes 0600: give the usual 0o666 & ~umask
+            os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, out)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
