@@ -64,8 +64,9 @@ def ledger_dir() -> Path:
     env = os.environ.get("TEXTDP_LEDGER_DIR")
     if env:
         return Path(env)
-    cache = os.environ.get("TEXTDP_CACHE") or str(Path.home() / ".cache" / "textdp")
-    return Path(cache) / "ledgers"
+    from textdp.cache import cache_dir
+
+    return cache_dir("ledgers", create=False)
 
 
 def _is_path(s: str) -> bool:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,9 +52,9 @@ Past = list  # list[tuple[Tensor, Tensor]], one (K, V) per layer, each (B, n_hea
 # ----------------------------------------------------------------------------- cache helpers
 def cache_root() -> Path:
     """The textdp cache folder: ``$TEXTDP_CACHE`` or ``~/.cache/textdp`` (created)."""
-    root = Path(os.environ.get("TEXTDP_CACHE") or Path.home() / ".cache" / "textdp")
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+    from textdp.cache import cache_dir
+
+    return cache_dir()
 
 
 def config_key(obj) -> str:

@@ -56,8 +56,10 @@ def _torch():
 
 
 def cache_dir() -> Path:
-    """textdp's cache folder: ``$TEXTDP_CACHE`` or ``~/.cache/textdp``."""
-    return Path(os.environ.get("TEXTDP_CACHE") or Path.home() / ".cache" / "textdp")
+    """textdp's cache folder: ``$TEXTDP_CACHE`` or ``~/.cache/textdp`` (see :mod:`textdp.cache`)."""
+    from textdp.cache import cache_dir as _cache_dir
+
+    return _cache_dir(create=False)
 
 
 def tokenize_words(texts: Sequence[str]) -> list[list[str]]:
