@@ -26,7 +26,7 @@ BACKENDS = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(not exact.nu
 
 @pytest.fixture(params=BACKENDS)
 def backend(request, monkeypatch):
-    monkeypatch.setenv(exact.BACKEND_ENV, request.param)
+    monkeypatch.setattr(exact, "BACKEND", request.param)
     return request.param
 
 
@@ -129,21 +129,35 @@ def test_numba_kernel_mirrors_numpy_evaluation(t, s, gauss):
     assert 0.4 < (s1 == 1).mean() and (s1 == 2).mean() < 1e-3
 
 
+@pytest.mark.parametrize("t,s,gauss", [((1 << 40) - 3, 1, 0), (10, 1, 0), (1, 1, 0), (4097, 1, 4096), (2, 1, 1),
+                                       (123_456_789, 7, 0), (3, 1000, 0)])
+def test_scalar_evaluation_mirrors_numpy_evaluation(t, s, gauss):
+    plan = exact._plan(t, s, gauss)
+    c = 3000
+    words = exact._words(make_rng(40), c * plan.ncols).reshape(plan.ncols, c)
+    k_tol = exact.E_TOL * plan.inv_step
+    v1, s1 = exact._evaluate_numpy(words, plan, exact.EXP_MARGIN, k_tol)
+    v2, s2 = exact._evaluate_scalar(words, plan, exact.EXP_MARGIN, k_tol)
+    assert np.array_equal(s1, s2)
+    assert np.array_equal(v1[s1 == 1], np.array(v2)[s1 == 1])
+
+
 @pytest.mark.skipif(not exact.numba_available(), reason="numba")
 def test_seeded_draws_do_not_depend_on_the_backend(monkeypatch):
     out = {}
     for b in ("numpy", "numba"):
-        monkeypatch.setenv(exact.BACKEND_ENV, b)
+        monkeypatch.setattr(exact, "BACKEND", b)
         out[b] = (S.discrete_laplace(17.3, 50_000, make_rng(31)), S.laplace(1.0, 3000, make_rng(32)),
-                  S.gaussian(2.0, 3000, make_rng(33)))
-    for x, y in zip(out["numpy"], out["numba"]):
+                  S.gaussian(2.0, 3000, make_rng(33)),
+                  [S.discrete_laplace(2.5, 8, r) for r in [make_rng(41)] for _ in range(50)])
+    for x, y in zip(out["numpy"], out["numba"]):  # numpy: small calls on Python ints, large ones vectorised
         assert np.array_equal(x, y)
 
 
 def test_backend_env_is_checked(monkeypatch):
     from textdp.errors import ParameterError
 
-    monkeypatch.setenv(exact.BACKEND_ENV, "gpu")
+    monkeypatch.setattr(exact, "BACKEND", "gpu")
     with pytest.raises(ParameterError):
         S.discrete_laplace(1.0, 3, make_rng(0))
 
@@ -157,7 +171,7 @@ def test_exact_path_alone_has_the_law(monkeypatch, t, s):
     against decimal values of exp): the law must not change."""
     monkeypatch.setattr(exact, "E_TOL", 0.45 * min(1.0, exact._plan(t, s).step))
     monkeypatch.setattr(exact, "EXP_MARGIN", 0.3)
-    monkeypatch.setenv(exact.BACKEND_ENV, "numpy")
+    monkeypatch.setattr(exact, "BACKEND", "numpy")
     n = 3000
     z = exact.discrete_laplace_rational(t, s, n, make_rng(34))
     if t < 100:
@@ -170,7 +184,7 @@ def test_exact_path_alone_has_the_law(monkeypatch, t, s):
 def test_exact_path_alone_gaussian(monkeypatch):
     monkeypatch.setattr(exact, "E_TOL", 0.2)
     monkeypatch.setattr(exact, "EXP_MARGIN", 0.3)
-    monkeypatch.setenv(exact.BACKEND_ENV, "numpy")
+    monkeypatch.setattr(exact, "BACKEND", "numpy")
     z = exact.discrete_gaussian_int(3, 3000, make_rng(35))
     support = np.arange(-36, 37)
     assert chi2_pvalue(z, support, discrete_gaussian_pmf(support, 3)) > ALPHA
@@ -211,7 +225,8 @@ def test_lazy_uniform_comparisons_are_exact_for_large_exponents():
 # ------------------------------------------------------------------ calls, shapes, generators
 
 
-def test_small_calls_shapes_and_scalars():
+def test_small_calls_shapes_and_scalars(monkeypatch):
+    monkeypatch.setattr(exact, "BACKEND", "numpy")  # batches of <= 64 candidates: the Python-int path
     rng = make_rng(39)
     assert S.discrete_laplace(2.0, 0, rng).shape == (0,)
     assert np.ndim(S.discrete_laplace(2.0, None, rng)) == 0
@@ -243,7 +258,7 @@ def test_gof_rejects_a_kernel_with_a_wrong_step(monkeypatch):
             self.__dict__.update(plan.__dict__)
             self.inv_step = plan.inv_step * 1.03
 
-    monkeypatch.setenv(exact.BACKEND_ENV, "numba")
+    monkeypatch.setattr(exact, "BACKEND", "numba")
     monkeypatch.setattr(exact, "_evaluate_numba", lambda w, plan, m, k: real(w, Wrong(plan), m, k))
     z = S.discrete_laplace(3.7, N, make_rng(21))
     support = np.arange(-153, 154)
@@ -259,7 +274,7 @@ def test_gof_rejects_a_sampler_that_keeps_negative_zero(monkeypatch):
         st[(st == 0) & (val == 0)] = 1
         return val, st
 
-    monkeypatch.setenv(exact.BACKEND_ENV, "numpy")
+    monkeypatch.setattr(exact, "BACKEND", "numpy")
     monkeypatch.setattr(exact, "_evaluate_numpy", broken)
     z = S.discrete_laplace(3.7, N, make_rng(21))
     support = np.arange(-153, 154)

@@ -357,11 +357,14 @@ _GEOM_STEP = 2.0**-16  # bound on m * lam (spacing of the K thresholds, rejectio
 #: of step (its error is below 2**-41.5, see _estimate_k); otherwise the candidate takes the exact path
 E_TOL = 2.0**-36
 _U_MIN = 1 << 42  # ... and R >= 2**-20 (the width of R's 62-bit interval in -ln(R) is then <= 2**-42)
+_SCALAR_MAX = 40  # batches up to this size are evaluated on Python ints (unless the numba kernel is loaded)
 _BATCH = 1 << 20  # candidates evaluated at once (bounds memory: ~8 words of temporaries each)
 _RAW64 = {"ChaCha", "PCG64", "PCG64DXSM", "Philox", "SFC64"}  # bit generators with 64-bit random_raw
 _LN2_62 = 62.0 * math.log(2.0)
 _kernels = None
 _numpy_total = 0  # candidates evaluated on the numpy path in this process (for the auto backend)
+#: evaluation backend: "auto" | "numba" | "numpy" (see _backend); set from $TEXTDP_NOISE_BACKEND at import
+BACKEND = (os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto")
 
 
 def _words(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -386,29 +389,34 @@ def numba_available() -> bool:
     return bool(_kernels.AVAILABLE)
 
 
-def _use_numba(n_candidates: int) -> bool:
-    """Backend for a batch of ``n_candidates`` (``$TEXTDP_NOISE_BACKEND``: ``numpy``, ``numba``, or
-    ``auto`` (default): numba once it is loaded, or for a batch -- or a process total on the numpy
-    path -- of at least ``AUTO_NUMBA_MIN_CANDIDATES``, so that its start-up is paid only where it
-    is amortised). Both backends realise the same law (and, for the same words, the same draws)."""
-    mode = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
+def _backend(n_candidates: int) -> str:
+    """``"scalar"``, ``"numpy"`` or ``"numba"`` for a batch of ``n_candidates``.
+
+    :data:`BACKEND` (default from ``$TEXTDP_NOISE_BACKEND`` at import): ``numpy`` (no numba;
+    batches of up to 40 candidates on Python ints, larger ones vectorised), ``numba``, or
+    ``auto``: numba once it is loaded, or for a batch -- or a process total on the numpy
+    path -- of at least ``AUTO_NUMBA_MIN_CANDIDATES`` (its ~0.5 s start-up is then
+    amortised); otherwise as ``numpy``. Every backend realises the same law and, for the
+    same words, the same draws.
+    """
+    mode = BACKEND
     if mode == "auto":
-        if _kernels is not None:
-            return _kernels.AVAILABLE
-        if n_candidates < AUTO_NUMBA_MIN_CANDIDATES and _numpy_total < AUTO_NUMBA_MIN_CANDIDATES:
-            return False
-        return numba_available()
-    if mode == "numpy":
-        return False
-    if mode == "numba":
+        if _kernels is not None and _kernels.AVAILABLE:
+            return "numba"
+        if (n_candidates >= AUTO_NUMBA_MIN_CANDIDATES or _numpy_total >= AUTO_NUMBA_MIN_CANDIDATES) \
+                and numba_available():
+            return "numba"
+    elif mode == "numba":
         if not numba_available():
             from textdp.errors import ParameterError
 
             raise ParameterError(f"{BACKEND_ENV}=numba needs numba (pip install numba); or set {BACKEND_ENV}=numpy")
-        return True
-    from textdp.errors import ParameterError
+        return "numba"
+    elif mode != "numpy":
+        from textdp.errors import ParameterError
 
-    raise ParameterError(f"{BACKEND_ENV} must be auto, numba or numpy, got {mode!r}")
+        raise ParameterError(f"{BACKEND_ENV} must be auto, numba or numpy, got {mode!r}")
+    return "scalar" if n_candidates <= _SCALAR_MAX else "numpy"
 
 
 class _Plan:
@@ -557,6 +565,81 @@ def _evaluate_numpy(words: np.ndarray, plan: _Plan, margin: float, k_tol: float)
     return val, status
 
 
+_LOG = math.log
+_EXP = math.exp
+
+
+def _scalar_candidate(w1: int, w2: int, w3: int, plan: _Plan, lo_f: float, hi_f: float,
+                      k_tol: float) -> tuple[int, int]:
+    """One candidate on Python ints: (status, value), the same checks as ``_evaluate_numpy``."""
+    u = w1 >> 2
+    v = (_LN2_62 - _LOG(u + 0.5)) * plan.inv_step
+    kf = math.floor(v)
+    f = v - kf
+    if not (f > k_tol and f < 1.0 - k_tol and u >= _U_MIN):
+        return 2, 0
+    y = kf * plan.m
+    if plan.j:
+        r = w2 & (plan.m - 1)
+        if r > 0:
+            a = w2 >> (64 - plan.qbits)
+            sh = 62 - plan.qbits
+            xx = r * plan.lam
+            p = xx * (1.0 / 6.0)
+            p = 0.5 - p
+            p = p * xx
+            p = 1.0 - p
+            p = p * xx
+            p = 1.0 - p
+            x = p * _SCALE
+            if ((a + 1) << sh) > int(x * lo_f):
+                return (0, 0) if (a << sh) >= int(x * hi_f) + 1 else (2, 0)
+        y += r
+    b = w1 & 1
+    if b and y == 0:
+        return 0, 0
+    if plan.gauss:
+        if y > plan.cap:
+            return 0, 0
+        aa = abs(y * plan.t_g - plan.sig2)
+        g = float(aa * aa) / plan.den_g
+        x = _EXP(-(g if g < 700.0 else 700.0)) * _SCALE
+        u3 = w3 >> 2
+        if u3 >= int(x * hi_f) + 1:
+            return 0, 0
+        if u3 >= int(x * lo_f):
+            return 2, 0
+    return 1, (-y if b else y)
+
+
+def _evaluate_scalar(words: np.ndarray, plan: _Plan, margin: float, k_tol: float,
+                     need: int | None = None, rng: np.random.Generator | None = None) -> tuple[list, list]:
+    """Small batches on Python ints (cheaper than ~60 numpy calls on a few elements).
+
+    Without ``need``: every candidate's (value, status), as ``_evaluate_numpy``. With ``need``
+    and ``rng``: candidates are taken in order, undecided ones finished exactly, and the loop
+    stops at the ``need``-th accepted one; returns (accepted values, []).
+    """
+    cols = words.tolist()
+    c = len(cols[0])
+    w2s = cols[1] if plan.j else [0] * c
+    w3s = cols[plan.ncols - 1] if plan.gauss else w2s
+    lo_f, hi_f = 1.0 - margin, 1.0 + margin
+    if need is None:
+        res = [_scalar_candidate(w1, w2, w3, plan, lo_f, hi_f, k_tol) for w1, w2, w3 in zip(cols[0], w2s, w3s)]
+        return [v for _, v in res], [st for st, _ in res]
+    out = []
+    for i, (w1, w2, w3) in enumerate(zip(cols[0], w2s, w3s)):
+        st, v = _scalar_candidate(w1, w2, w3, plan, lo_f, hi_f, k_tol)
+        if st == 2:
+            st, v = _exact_candidate(words[:, i], plan, rng)
+        if st == 1:
+            out.append(v)
+            if len(out) == need:
+                break
+    return out, []
+
+
 def _evaluate_numba(words: np.ndarray, plan: _Plan, margin: float, k_tol: float) -> tuple[np.ndarray, np.ndarray]:
     c = words.shape[1]
     val = np.zeros(c, dtype=np.int64)
@@ -599,7 +682,12 @@ def _exact_candidate(row: np.ndarray, plan: _Plan, rng: np.random.Generator) -> 
 
 
 def _sample(plan: _Plan, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` accepted candidates (int64), in candidate order."""
+    """``n`` accepted candidates (int64), in candidate order.
+
+    Candidates are i.i.d. trials; the first ``n`` accepted ones are kept. Undecided
+    candidates are finished exactly (``_exact_candidate``) in order, up to the n-th
+    accepted one: which candidates are looked at depends only on the earlier ones.
+    """
     global _numpy_total
     out = np.empty(n, dtype=np.int64)
     filled = 0
@@ -610,13 +698,26 @@ def _sample(plan: _Plan, n: int, rng: np.random.Generator) -> np.ndarray:
         mean = need / plan.acceptance
         c = min(_BATCH, int(mean + 4.0 * math.sqrt(mean) + 8))
         words = _words(rng, c * plan.ncols).reshape(plan.ncols, c)
-        if _use_numba(c):
+        how = _backend(c)
+        if how == "scalar":
+            res, _ = _evaluate_scalar(words, plan, margin, k_tol, need, rng)
+            out[filled:filled + len(res)] = res
+            filled += len(res)
+            continue
+        if how == "numba":
             val, status = _evaluate_numba(words, plan, margin, k_tol)
         else:
             _numpy_total += c
             val, status = _evaluate_numpy(words, plan, margin, k_tol)
-        for i in np.flatnonzero(status == 2).tolist():
-            status[i], val[i] = _exact_candidate(words[:, i], plan, rng)
+        und = np.flatnonzero(status == 2)
+        if und.size:
+            before = np.cumsum(status == 1)  # accepted candidates up to each index
+            extra = 0
+            for i in und.tolist():
+                if before[i] + extra >= need:
+                    break
+                status[i], val[i] = _exact_candidate(words[:, i], plan, rng)
+                extra += int(status[i] == 1)
         acc = np.flatnonzero(status == 1)[:need]
         out[filled:filled + acc.size] = val[acc]
         filled += acc.size

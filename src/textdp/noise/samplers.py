@@ -91,7 +91,7 @@ def _positive(x: float, name: str) -> float:
         x = float(x)
     except (TypeError, ValueError):
         raise ParameterError(f"{name} must be a positive finite number, got {x!r}") from None
-    if not np.isfinite(x) or x <= 0:
+    if not math.isfinite(x) or x <= 0:
         raise ParameterError(f"{name} must be a positive finite number, got {x!r}")
     return x
 
@@ -120,6 +120,39 @@ def gaussian_granularity(sigma: float) -> float:
     return g
 
 
+_LAPLACE_PARAMS: dict = {}
+_GAUSSIAN_PARAMS: dict = {}
+_DLAP_PARAMS: dict = {}
+
+
+def _cached(cache: dict, key, fn):
+    """``fn(key)`` memoised on the (hashable, non-NaN) parameter value; validation errors are not cached."""
+    try:
+        return cache[key]
+    except (KeyError, TypeError):
+        pass
+    val = fn(key)
+    try:
+        if len(cache) > 1024:
+            cache.clear()
+        cache[key] = val
+    except TypeError:
+        pass
+    return val
+
+
+def _laplace_params(scale) -> tuple[float, int]:
+    scale = _positive(scale, "scale")
+    g = laplace_granularity(scale)
+    return g, math.ceil(scale / g)
+
+
+def _gaussian_params(sigma) -> tuple[float, int]:
+    sigma = _positive(sigma, "sigma")
+    g = gaussian_granularity(sigma)
+    return g, math.ceil(sigma / g)
+
+
 def laplace(scale: float, size, rng: np.random.Generator) -> np.ndarray:
     """Laplace(0, scale) noise of shape ``size`` (float64), float-safe.
 
@@ -131,11 +164,8 @@ def laplace(scale: float, size, rng: np.random.Generator) -> np.ndarray:
 
     Raises ParameterError for a non-positive or non-finite scale.
     """
-    scale = _positive(scale, "scale")
-    g = laplace_granularity(scale)
-    t = math.ceil(scale / g)
-    z = exact.discrete_laplace_int(t, size, rng)
-    return np.asarray(z, dtype=np.float64) * g
+    g, t = _cached(_LAPLACE_PARAMS, scale, _laplace_params)
+    return exact.discrete_laplace_int(t, size, rng) * g  # int64 * power of two: exact float64
 
 
 def gaussian(sigma: float, size, rng: np.random.Generator) -> np.ndarray:
@@ -149,11 +179,8 @@ def gaussian(sigma: float, size, rng: np.random.Generator) -> np.ndarray:
     zero-concentrated DP for an integer sensitivity ``Delta`` (in units of g),
     the same as the continuous Gaussian; see :func:`gaussian_mechanism`.
     """
-    sigma = _positive(sigma, "sigma")
-    g = gaussian_granularity(sigma)
-    s = math.ceil(sigma / g)
-    z = exact.discrete_gaussian_int(s, size, rng)
-    return np.asarray(z, dtype=np.float64) * g
+    g, s = _cached(_GAUSSIAN_PARAMS, sigma, _gaussian_params)
+    return exact.discrete_gaussian_int(s, size, rng) * g  # int64 * power of two: exact float64
 
 
 def discrete_laplace(scale: float, size, rng: np.random.Generator) -> np.ndarray:
@@ -162,6 +189,15 @@ def discrete_laplace(scale: float, size, rng: np.random.Generator) -> np.ndarray
     ``scale`` is used as the exact rational value of the float, rounded *up* to
     49 significant bits when it has more (more noise, never less).
     """
+    num, den = _cached(_DLAP_PARAMS, scale, _dlap_params)
+    # P(z) ∝ exp(-|z| den / num): CKS20 Algorithm 2 with t = num, s = den (z = floor(X / s))
+    shape = exact._as_size(size)
+    n = math.prod(shape) if shape else 1
+    out = exact.discrete_laplace_rational(num, den, n, rng)
+    return out.reshape(shape) if shape else out[0]
+
+
+def _dlap_params(scale) -> tuple[int, int]:
     scale = _positive(scale, "scale")
     num, den = scale.as_integer_ratio()
     while num >= (1 << 49):  # round up to fewer bits: (num/den) <= ceil(num/2)/(den/2)
@@ -169,11 +205,7 @@ def discrete_laplace(scale: float, size, rng: np.random.Generator) -> np.ndarray
             num, den = -(-num // 2), den // 2
         else:
             raise ParameterError(f"scale {scale!r} is too large for the exact discrete Laplace")
-    # P(z) ∝ exp(-|z| den / num): CKS20 Algorithm 2 with t = num, s = den (z = floor(X / s))
-    shape = exact._as_size(size)
-    n = int(np.prod(shape)) if shape else 1
-    out = exact.discrete_laplace_rational(num, den, n, rng)
-    return out.reshape(shape) if shape else out[0]
+    return num, den
 
 
 def discrete_gaussian(sigma: int, size, rng: np.random.Generator) -> np.ndarray:
