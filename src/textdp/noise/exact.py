@@ -392,14 +392,20 @@ def numba_available() -> bool:
 def _backend(n_candidates: int) -> str:
     """``"scalar"``, ``"numpy"`` or ``"numba"`` for a batch of ``n_candidates``.
 
-    :data:`BACKEND` (default from ``$TEXTDP_NOISE_BACKEND`` at import): ``numpy`` (no numba;
-    batches of up to 40 candidates on Python ints, larger ones vectorised), ``numba``, or
-    ``auto``: numba once it is loaded, or for a batch -- or a process total on the numpy
-    path -- of at least ``AUTO_NUMBA_MIN_CANDIDATES`` (its ~0.5 s start-up is then
-    amortised); otherwise as ``numpy``. Every backend realises the same law and, for the
-    same words, the same draws.
+    Batches of up to 40 candidates always run on Python ints (cheaper than any array call).
+    Larger ones follow :data:`BACKEND` (default from ``$TEXTDP_NOISE_BACKEND`` at import):
+    ``numpy`` (vectorised numpy), ``numba`` (the kernel), or ``auto``: numba once it is
+    loaded, or for a batch -- or a process total on the numpy path -- of at least
+    ``AUTO_NUMBA_MIN_CANDIDATES`` (its ~0.5 s start-up is then amortised), else numpy.
+    Every backend realises the same law and, for the same words, the same draws.
     """
     mode = BACKEND
+    if mode not in ("auto", "numba", "numpy"):
+        from textdp.errors import ParameterError
+
+        raise ParameterError(f"{BACKEND_ENV} must be auto, numba or numpy, got {mode!r}")
+    if n_candidates <= _SCALAR_MAX:
+        return "scalar"
     if mode == "auto":
         if _kernels is not None and _kernels.AVAILABLE:
             return "numba"
@@ -412,10 +418,6 @@ def _backend(n_candidates: int) -> str:
 
             raise ParameterError(f"{BACKEND_ENV}=numba needs numba (pip install numba); or set {BACKEND_ENV}=numpy")
         return "numba"
-    elif mode != "numpy":
-        from textdp.errors import ParameterError
-
-        raise ParameterError(f"{BACKEND_ENV} must be auto, numba or numpy, got {mode!r}")
     return "scalar" if n_candidates <= _SCALAR_MAX else "numpy"
 
 
