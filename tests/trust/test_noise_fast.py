@@ -279,3 +279,11 @@ def test_gof_rejects_a_sampler_that_keeps_negative_zero(monkeypatch):
     z = S.discrete_laplace(3.7, N, make_rng(21))
     support = np.arange(-153, 154)
     assert chi2_pvalue(z, support, discrete_laplace_pmf(support, 3.7)) < ALPHA
+
+
+def test_raw_words_equal_generator_integers():
+    """The fast word source (random_raw of 64-bit bit generators) draws exactly what
+    ``Generator.integers(0, 2**64, dtype=uint64)`` would."""
+    for mk in (lambda: make_rng(42), lambda: np.random.Generator(np.random.PCG64(42))):
+        a, b = mk(), mk()
+        assert np.array_equal(exact._words(a, 1000), b.integers(0, 1 << 64, size=1000, dtype=np.uint64))

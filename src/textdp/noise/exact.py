@@ -359,7 +359,21 @@ E_TOL = 2.0**-36
 _U_MIN = 1 << 42  # ... and R >= 2**-20 (the width of R's 62-bit interval in -ln(R) is then <= 2**-42)
 _SCALAR_MAX = 40  # batches up to this size are evaluated on Python ints (unless the numba kernel is loaded)
 _BATCH = 1 << 20  # candidates evaluated at once (bounds memory: ~8 words of temporaries each)
-_RAW64 = {"ChaCha", "PCG64", "PCG64DXSM", "Philox", "SFC64"}  # bit generators with 64-bit random_raw
+_RAW64: tuple = ()
+
+
+def _raw64() -> tuple:
+    """Bit generator classes whose ``random_raw`` outputs are uniform 64-bit words."""
+    global _RAW64
+    if not _RAW64:
+        r = np.random
+        classes = [r.PCG64, r.PCG64DXSM, r.Philox, r.SFC64]
+        from textdp.noise.rng import _ChaCha
+
+        if _ChaCha is not None:
+            classes.append(_ChaCha)
+        _RAW64 = tuple(classes)
+    return _RAW64
 _LN2_62 = 62.0 * math.log(2.0)
 _kernels = None
 _numpy_total = 0  # candidates evaluated on the numpy path in this process (for the auto backend)
@@ -374,9 +388,9 @@ def _words(rng: np.random.Generator, n: int) -> np.ndarray:
     dtype=uint64)`` without the per-call overhead of ``Generator.integers``.
     """
     bg = rng.bit_generator
-    if type(bg).__name__ in _RAW64:
+    if type(bg) in _raw64():
         return bg.random_raw(n)
-    return rng.integers(0, 1 << 64, size=n, dtype=np.uint64)  # pragma: no cover - other bit generators
+    return rng.integers(0, 1 << 64, size=n, dtype=np.uint64)
 
 
 def numba_available() -> bool:
