@@ -18,8 +18,9 @@ What this module does instead (design notes in ``docs/trust.md``):
 
 * :func:`laplace` and :func:`gaussian` return ``g * Z`` where ``g`` is a power
   of two (the *granularity*) and ``Z`` is an exact discrete Laplace / discrete
-  Gaussian integer (Canonne, Kamath & Steinke 2020), sampled from uniform
-  integers only (:mod:`textdp.noise.exact`). This is the construction of
+  Gaussian integer (the laws of Canonne, Kamath & Steinke 2020), sampled from
+  uniform 64-bit words with certified decisions and an exact continuation
+  (:mod:`textdp.noise.exact`; numpy, or an optional numba kernel). This is the construction of
   Google's secure noise (``Secure_Noise_Generation.pdf``) with CKS20 sampling.
   The integer scale is rounded *up* (``ceil(scale / g) * g >= scale``), so the
   noise is never smaller than requested. Granularity: ``scale * 2**-40`` for
