@@ -287,3 +287,21 @@ def test_raw_words_equal_generator_integers():
     for mk in (lambda: make_rng(42), lambda: np.random.Generator(np.random.PCG64(42))):
         a, b = mk(), mk()
         assert np.array_equal(exact._words(a, 1000), b.integers(0, 1 << 64, size=1000, dtype=np.uint64))
+
+
+def test_without_numba_auto_falls_back_to_numpy_and_numba_mode_is_refused(monkeypatch):
+    """As in an install without the `topics` extra: auto uses the numpy path, numba mode says why not."""
+    import types
+
+    from textdp.errors import ParameterError
+
+    monkeypatch.setattr(exact, "_kernels", types.SimpleNamespace(AVAILABLE=False))
+    monkeypatch.setattr(exact, "BACKEND", "auto")
+    monkeypatch.setattr(exact, "_numpy_total", exact.AUTO_NUMBA_MIN_CANDIDATES)
+    assert exact._backend(1 << 18) == "numpy" and exact._backend(10) == "scalar"
+    z = S.discrete_laplace(3.7, N, make_rng(21))
+    support = np.arange(-153, 154)
+    assert chi2_pvalue(z, support, discrete_laplace_pmf(support, 3.7)) > ALPHA
+    monkeypatch.setattr(exact, "BACKEND", "numba")
+    with pytest.raises(ParameterError):
+        S.discrete_laplace(3.7, N, make_rng(21))
