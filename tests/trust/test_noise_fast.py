@@ -298,10 +298,23 @@ def test_without_numba_auto_falls_back_to_numpy_and_numba_mode_is_refused(monkey
     monkeypatch.setattr(exact, "_kernels", types.SimpleNamespace(AVAILABLE=False))
     monkeypatch.setattr(exact, "BACKEND", "auto")
     monkeypatch.setattr(exact, "_numpy_total", exact.AUTO_NUMBA_MIN_CANDIDATES)
-    assert exact._backend(1 << 18) == "numpy" and exact._backend(10) == "scalar"
+    assert exact._backend(1 << 24) == "numpy" and exact._backend(10) == "scalar"
     z = S.discrete_laplace(3.7, N, make_rng(21))
     support = np.arange(-153, 154)
     assert chi2_pvalue(z, support, discrete_laplace_pmf(support, 3.7)) > ALPHA
     monkeypatch.setattr(exact, "BACKEND", "numba")
     with pytest.raises(ParameterError):
         S.discrete_laplace(3.7, N, make_rng(21))
+
+
+def test_auto_backend_policy(monkeypatch):
+    """auto: Python ints for small batches; numpy until numba's start-up would be amortised."""
+    import sys
+
+    monkeypatch.setattr(exact, "BACKEND", "auto")
+    monkeypatch.setattr(exact, "_kernels", None)
+    monkeypatch.setattr(exact, "_numpy_total", 0)
+    monkeypatch.delitem(sys.modules, "numba", raising=False)  # as in a process that never imported numba
+    assert exact._backend(40) == "scalar"
+    assert exact._backend(41) == "numpy"
+    assert exact._backend(exact.AUTO_NUMBA_MIN_CANDIDATES - 1) == "numpy"

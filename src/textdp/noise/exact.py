@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -350,8 +351,11 @@ def discrete_gaussian_int_cks(sigma: int, size, rng: np.random.Generator) -> np.
 
 #: environment variable selecting the evaluation backend: auto (default) | numba | numpy
 BACKEND_ENV = "TEXTDP_NOISE_BACKEND"
-#: ``auto`` uses the numba kernel from this many candidates per batch (numba's import costs ~0.5 s)
-AUTO_NUMBA_MIN_CANDIDATES = 1 << 17
+#: ``auto`` switches to the numba kernel once a batch, or the process total on the numpy path, reaches this
+#: many candidates: ~0.8 s of numpy evaluation, about numba's start-up (import 0.6 s + LLVM 0.6 s + kernel
+#: 0.2 s of CPU); 2**20 when numba is already imported (only the kernel and perhaps LLVM remain to load)
+AUTO_NUMBA_MIN_CANDIDATES = 1 << 23
+AUTO_NUMBA_MIN_CANDIDATES_IMPORTED = 1 << 20
 _GEOM_STEP = 2.0**-16  # bound on m * lam (spacing of the K thresholds, rejection rate of r)
 #: K = floor(-ln(R) / step) is certified when the float estimate of -ln(R) is this far from a multiple
 #: of step (its error is below 2**-41.5, see _estimate_k); otherwise the candidate takes the exact path
@@ -410,7 +414,8 @@ def _backend(n_candidates: int) -> str:
     Larger ones follow :data:`BACKEND` (default from ``$TEXTDP_NOISE_BACKEND`` at import):
     ``numpy`` (vectorised numpy), ``numba`` (the kernel), or ``auto``: numba once it is
     loaded, or for a batch -- or a process total on the numpy path -- of at least
-    ``AUTO_NUMBA_MIN_CANDIDATES`` (its ~0.5 s start-up is then amortised), else numpy.
+    ``AUTO_NUMBA_MIN_CANDIDATES`` (2**23; 2**20 when numba is already imported), i.e. once the
+    numpy path has cost about what numba's start-up (~1.4 s of CPU cold) would; else numpy.
     Every backend realises the same law and, for the same words, the same draws.
     """
     mode = BACKEND
@@ -423,8 +428,8 @@ def _backend(n_candidates: int) -> str:
     if mode == "auto":
         if _kernels is not None and _kernels.AVAILABLE:
             return "numba"
-        if (n_candidates >= AUTO_NUMBA_MIN_CANDIDATES or _numpy_total >= AUTO_NUMBA_MIN_CANDIDATES) \
-                and numba_available():
+        need = AUTO_NUMBA_MIN_CANDIDATES_IMPORTED if "numba" in sys.modules else AUTO_NUMBA_MIN_CANDIDATES
+        if max(n_candidates, _numpy_total) >= need and numba_available():
             return "numba"
     elif mode == "numba":
         if not numba_available():
