@@ -83,14 +83,7 @@ def check_model(model) -> None:
                                  "undefined with batch norm; use GroupNorm/LayerNorm or no normalisation")
 
 
-def _pos(x, name):
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise ParameterError(f"{name} must be a positive number, got {x!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise ParameterError(f"{name} must be > 0, got {x!r}")
-    return v
+from textdp.bounds.mechanisms import _pos  # noqa: E402  (one positive-number check for bounds)
 
 
 def _as_tensors(X, y):

@@ -81,6 +81,29 @@ def print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def split_list(text: str, option: str) -> list[str]:
+    """Items of a comma list option, stripped; an empty list or item ("1,,2", "1,") is a ParameterError."""
+    from textdp.errors import ParameterError
+
+    if not text or not text.strip():
+        raise ParameterError(f"{option} is empty; give a comma list such as 1,2,3")
+    items = [x.strip() for x in text.split(",")]
+    if any(not x for x in items):
+        raise ParameterError(f"{option} {text!r} has an empty item; separate items with single commas and no trailing comma")
+    return items
+
+
+def parse_floats(text: str, option: str) -> list[float]:
+    """A comma list of numbers (``--epsilon 0.5,1,2``); errors as :func:`split_list`."""
+    from textdp.errors import ParameterError
+
+    items = split_list(text, option)
+    try:
+        return [float(x) for x in items]
+    except ValueError:
+        raise ParameterError(f"{option} must be a comma-separated list of numbers, got {text!r}") from None
+
+
 # Option factories shared by every command (same names and help everywhere).
 def opt_seed():
     return typer.Option(None, "--seed", help="Seed for a reproducible research run (recorded in the card; not for release). Default: cryptographically secure randomness.")

@@ -13,18 +13,12 @@ import typer
 from rich.table import Table
 
 from textdp.cli._common import err_console, handle_errors, opt_json, opt_overwrite, opt_quiet, opt_seed, out_console, print_json, progress
+from textdp.cli._common import parse_floats
 from textdp.errors import ParameterError
 from textdp.noise import random_source
 
 
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        vals = [float(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise ParameterError(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
-    if not vals:
-        raise ParameterError(f"{name} is empty")
-    return vals
+_floats = parse_floats  # shared strict comma-list parser (textdp.cli._common)
 
 
 _MAX_DIMS = 10**6

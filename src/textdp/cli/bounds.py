@@ -9,7 +9,6 @@ Thin layer over :mod:`textdp.bounds`: parsing, progress, printing.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Optional
 
@@ -17,20 +16,14 @@ import typer
 from rich.table import Table
 
 from textdp.cli._common import err_console, handle_errors, opt_json, opt_overwrite, opt_quiet, opt_seed, out_console, print_json, progress
+from textdp.cli._common import parse_floats
 from textdp.errors import OutputError, ParameterError
 
 bounds_app = typer.Typer(help="Lower bounds on reconstruction error (RDP and Fisher information), FIL accounting.",
                          no_args_is_help=True)
 
 
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        vals = [float(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise ParameterError(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
-    if not vals:
-        raise ParameterError(f"{name} is empty")
-    return vals
+_floats = parse_floats  # shared strict comma-list parser (textdp.cli._common)
 
 
 def _out_dir(output: Optional[Path], overwrite: bool) -> Optional[Path]:

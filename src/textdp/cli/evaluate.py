@@ -15,16 +15,7 @@ from textdp.cli._common import esc, err_console, handle_errors, out_console, opt
 __all__ = ["register", "evaluate_command"]
 
 
-def _split(s: str, option: str) -> list[str]:
-    """Items of a comma list; an empty item ("1,,2", "1,") is a ParameterError."""
-    from textdp.errors import ParameterError
-
-    items = [x.strip() for x in s.split(",")]
-    if not s.strip():
-        raise ParameterError(f"{option} is empty; give a comma list such as 1,2,3")
-    if any(not x for x in items):
-        raise ParameterError(f"{option} {s!r} has an empty item; separate items with single commas and no trailing comma")
-    return items
+from textdp.cli._common import split_list as _split  # noqa: E402  (strict comma lists, shared)
 
 
 @handle_errors

@@ -8,7 +8,6 @@ records the release in the dataset's budget ledger.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Optional
 
@@ -324,11 +323,10 @@ def tradeoff_command(
     from textdp.errors import ParameterError
     from textdp.topics import Corpus, plot_privacy_utility, privacy_utility
 
-    try:
-        eps = [float(x) for x in epsilons.split(",") if x.strip()]
-    except ValueError:
-        raise ParameterError(f"--epsilons must be comma-separated numbers, got {epsilons!r}") from None
-    meths = [m.strip() for m in methods.split(",") if m.strip()]
+    from textdp.cli._common import parse_floats, split_list
+
+    eps = parse_floats(epsilons, "--epsilons")
+    meths = split_list(methods, "--methods")
     bad = [m for m in meths if m not in ("hdp", "lp", "olp")]
     if bad:
         raise ParameterError(f"unknown method(s) {', '.join(bad)}; choose among hdp, lp, olp")
