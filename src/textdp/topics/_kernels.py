@@ -151,20 +151,10 @@ def accumulate_theta(ndk, doc_len, alpha, theta_sum):
 
 
 @njit(cache=True, nogil=True)
-def log_likelihood_symmetric(nwk, ndk, nk, doc_len, alpha, beta):
-    """Joint log p(w, z) with Dirichlet-multinomial terms (Griffiths & Steyvers 2004, Eq. 2-3)."""
-    V, K = nwk.shape
-    M = ndk.shape[0]
-    ll = K * math.lgamma(V * beta)
-    lgb = math.lgamma(beta)
-    for k in range(K):
-        ll -= math.lgamma(nk[k] + V * beta)
-    for w in range(V):
-        for k in range(K):
-            c = nwk[w, k]
-            if c > 0:
-                ll += math.lgamma(c + beta) - lgb
-    ll += M * math.lgamma(K * alpha)
+def _doc_topic_log_likelihood(ndk, doc_len, alpha):
+    """log p(z | α): the document-topic part of the joint likelihood (symmetric α)."""
+    M, K = ndk.shape
+    ll = M * math.lgamma(K * alpha)
     lga = math.lgamma(alpha)
     for d in range(M):
         ll -= math.lgamma(doc_len[d] + K * alpha)
@@ -176,10 +166,25 @@ def log_likelihood_symmetric(nwk, ndk, nk, doc_len, alpha, beta):
 
 
 @njit(cache=True, nogil=True)
+def log_likelihood_symmetric(nwk, ndk, nk, doc_len, alpha, beta):
+    """Joint log p(w, z) with Dirichlet-multinomial terms (Griffiths & Steyvers 2004, Eq. 2-3)."""
+    V, K = nwk.shape
+    ll = K * math.lgamma(V * beta)
+    lgb = math.lgamma(beta)
+    for k in range(K):
+        ll -= math.lgamma(nk[k] + V * beta)
+    for w in range(V):
+        for k in range(K):
+            c = nwk[w, k]
+            if c > 0:
+                ll += math.lgamma(c + beta) - lgb
+    return ll + _doc_topic_log_likelihood(ndk, doc_len, alpha)
+
+
+@njit(cache=True, nogil=True)
 def log_likelihood_prior(nwk, ndk, nk, doc_len, alpha, beta_wk, beta_k):
     """Joint log p(w, z) under the asymmetric topic-word prior β_{k,w}."""
     V, K = nwk.shape
-    M = ndk.shape[0]
     ll = 0.0
     for k in range(K):
         ll += math.lgamma(beta_k[k]) - math.lgamma(nk[k] + beta_k[k])
@@ -189,15 +194,7 @@ def log_likelihood_prior(nwk, ndk, nk, doc_len, alpha, beta_wk, beta_k):
             if c > 0:
                 b = beta_wk[w, k]
                 ll += math.lgamma(c + b) - math.lgamma(b)
-    ll += M * math.lgamma(K * alpha)
-    lga = math.lgamma(alpha)
-    for d in range(M):
-        ll -= math.lgamma(doc_len[d] + K * alpha)
-        for k in range(K):
-            c = ndk[d, k]
-            if c > 0:
-                ll += math.lgamma(c + alpha) - lga
-    return ll
+    return ll + _doc_topic_log_likelihood(ndk, doc_len, alpha)
 
 
 @njit(cache=True, nogil=True)
