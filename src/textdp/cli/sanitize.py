@@ -222,8 +222,10 @@ def _run(input, builtin, out, mech_name, epsilon, embeddings, kwargs, text_colum
         mech = make_mechanism(mech_name, embeddings, epsilon, **kwargs)
         bar.update(task, description="counting the vocabulary")
         n_docs = 0
-        for df, col in chunks():
-            mech.partial_fit(df[col].tolist())
+        for i, (df, col) in enumerate(chunks()):
+            # the first chunk keeps its tokens (a one-chunk input is tokenized once);
+            # later chunks are only counted (streaming: nothing is kept)
+            mech.partial_fit(df[col].tolist(), keep_tokens=i == 0)
             n_docs += len(df)
             bar.update(task, completed=n_docs)
         if mech._fitted is None or mech._fitted.tokens == 0:

@@ -27,7 +27,7 @@ import pandas as pd
 
 from textdp.data.tokenize import WordTokenizer
 
-__all__ = ["TokenizedTexts", "tokenize_texts"]
+__all__ = ["TokenizedTexts", "tokenize_texts", "count_rows"]
 
 
 @dataclass
@@ -144,3 +144,40 @@ def tokenize_texts(texts, embeddings, tokenizer=None) -> TokenizedTexts:
         uniq_rows[uniques == "[UNK]"] = -1
     rows = uniq_rows[codes] if len(codes) else np.zeros(0, dtype=np.int64)
     return TokenizedTexts(mode, pieces, rows, lengths, np.asarray(codes, dtype=np.int64), uniques)
+
+
+def count_rows(texts, embeddings, tokenizer=None) -> tuple[np.ndarray, int, int, int]:
+    """Embedding-row counts of ``texts`` without keeping the tokens (the streaming fit pass).
+
+    Returns ``(counts, n_docs, n_tokens, n_oov)``: ``counts`` is int64
+    ``(len(embeddings),)``, the number of tokens mapped to each embedding row;
+    ``n_oov`` the tokens without an embedding. Equal to what
+    :func:`tokenize_texts` gives for the same texts (a test checks it); for word
+    vocabularies it runs the tokenizer's pattern once over the whole batch joined
+    by newlines (tokens never contain whitespace, so no token crosses a document
+    boundary) and looks each distinct token up once, which is about twice as fast
+    as tokenizing document by document.
+    """
+    texts = [t if isinstance(t, str) else ("" if t is None else str(t)) for t in texts]
+    n_docs = len(texts)
+    counts = np.zeros(len(embeddings), dtype=np.int64)
+    if embeddings.kind == "wordpiece":
+        tok = tokenize_texts(texts, embeddings, tokenizer)
+        ok = tok.rows >= 0
+        counts += np.bincount(tok.rows[ok], minlength=len(embeddings))
+        return counts, n_docs, tok.n_tokens, int((~ok).sum())
+    from collections import Counter
+
+    from textdp.data.tokenize import _WORD_RE
+
+    raw = Counter(_WORD_RE.findall("\n".join(texts)))
+    index, lower = embeddings.index, embeddings.lowercase
+    n_tokens = n_oov = 0
+    for word, c in raw.items():
+        n_tokens += c
+        r = index.get(word.lower() if lower else word, -1)
+        if r < 0:
+            n_oov += c
+        else:
+            counts[r] += c
+    return counts, n_docs, n_tokens, n_oov

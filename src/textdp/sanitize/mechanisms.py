@@ -76,7 +76,7 @@ from textdp.accounting import UMLDP, MetricDP
 from textdp.errors import InputError, ParameterError
 from textdp.noise import DEFAULT_ETA, bernoulli, gamma, make_rng, random_source, uniform_direction
 from textdp.sanitize import sampling
-from textdp.sanitize.corpus import TokenizedTexts, tokenize_texts
+from textdp.sanitize.corpus import TokenizedTexts, count_rows, tokenize_texts
 from textdp.sanitize.sampling import DEFAULT_BLOCK_BYTES, MIN_BLOCK_ROWS, DistanceKernel, squared_norms
 
 __all__ = ["TokenSanitizer", "SanText", "SanTextPlus", "FBDD", "SanitizeStats", "OOV_POLICIES", "OUTPUT_VOCABULARIES"]
@@ -282,11 +282,23 @@ class TokenSanitizer:
         self._fitted = None
         return self.partial_fit(texts)
 
-    def partial_fit(self, texts: Iterable[str]) -> "TokenSanitizer":
-        """Add ``texts`` to the counts (for streaming a large file chunk by chunk)."""
+    def partial_fit(self, texts: Iterable[str], keep_tokens: bool = True) -> "TokenSanitizer":
+        """Add ``texts`` to the counts (for streaming a large file chunk by chunk).
+
+        ``keep_tokens=True`` keeps this batch's tokenization so that a following
+        ``sanitize`` of the same texts does not tokenize again; ``False`` only
+        counts (faster, and nothing is kept: the streaming fit pass)."""
         if self._fitted is None:
             self._fitted = _Fitted(np.zeros(len(self.embeddings), dtype=np.int64))
         texts = list(texts)
+        if not keep_tokens:
+            counts, n_docs, n_tokens, n_oov = count_rows(texts, self.embeddings, self.tokenizer)
+            self._fitted.counts += counts
+            self._fitted.documents += n_docs
+            self._fitted.tokens += n_tokens
+            self._fitted.oov_tokens += n_oov
+            self._prepared = False
+            return self
         tok = self.tokenize(texts)
         self._tok_cache = (texts, tok)  # fit(texts).sanitize(texts) tokenizes once
         rows = tok.rows
