@@ -5,6 +5,7 @@ over a large generated file: peak memory.
 
     python benchmarks/bench_trust.py                  # samplers + 5 GB streaming run (hours on 2 cores)
     python benchmarks/bench_trust.py --size 20MB      # smaller streaming run
+    python benchmarks/bench_trust.py --skip-samplers --size 10MB,100MB,1GB   # peak RSS against size
     python benchmarks/bench_trust.py --quick          # samplers (fewer draws) + a 5 MB streaming run
     python benchmarks/bench_trust.py --skip-stream    # samplers only
 
@@ -176,47 +177,101 @@ def _make_file(path: Path, size: int) -> int:
     return docs
 
 
-def bench_stream(size: int, chunk_size: int) -> None:
+def _proc_kb(pid: int, field: str) -> int | None:
+    """``VmHWM`` (peak) or ``VmRSS`` of a live process in kB, from /proc (Linux), else None."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def bench_stream(size: int, chunk_size: int, every: float = 30.0) -> dict:
+    """Sanitize a generated file of ``size`` bytes as a child process; returns the measurements.
+
+    While it runs, a line every ``every`` seconds gives the bytes written so far and the
+    child's peak RSS (VmHWM), so an interrupted run still shows whether memory stayed bounded.
+    """
+    import json
+
     with tempfile.TemporaryDirectory(prefix="textdp-bench-") as tmp:
         src = Path(tmp) / "big.txt"
         t = time.perf_counter()
         docs = _make_file(src, size)
-        print(f"\n== streaming sanitize: generated {src.stat().st_size / 2**20:,.1f} MB, {docs:,} documents "
-              f"in {time.perf_counter() - t:.1f} s")
-        cmd = [sys.executable, "-m", "textdp.cli.main", "sanitize", str(src), "--epsilon", "3", "--mechanism",
-               "santext", "-o", str(Path(tmp) / "big.santext.txt"), "--chunk-size", str(chunk_size), "--seed", "1",
-               "--no-ledger", "-q", "--json"]
-        print("command:", " ".join(cmd[2:]))
-        t = time.perf_counter()
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.perf_counter() - t
-        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        if r.returncode != 0:
-            print(r.stderr[-2000:])
-            raise SystemExit(f"sanitize failed with exit code {r.returncode}")
+        in_mb = src.stat().st_size / 2**20
+        print(f"\n== streaming sanitize: generated {in_mb:,.1f} MB, {docs:,} documents "
+              f"in {time.perf_counter() - t:.1f} s", flush=True)
         out = Path(tmp) / "big.santext.txt"
-        print(f"input {src.stat().st_size / 2**20:,.1f} MB -> output {out.stat().st_size / 2**20:,.1f} MB in {wall:.1f} s")
-        import json
-
-        s = json.loads(r.stdout)
-        print(f"tokens {s['tokens']:,}, {s['tokens_per_second']:,} tokens/s while sanitizing")
+        cmd = [sys.executable, "-m", "textdp.cli.main", "sanitize", str(src), "--epsilon", "3", "--mechanism",
+               "santext", "-o", str(out), "--chunk-size", str(chunk_size), "--seed", "1",
+               "--no-ledger", "-q", "--json"]
+        print("command:", " ".join(cmd[2:]), flush=True)
+        t = time.perf_counter()
+        log_out, log_err = Path(tmp) / "stdout.log", Path(tmp) / "stderr.log"
+        with open(log_out, "w") as fo, open(log_err, "w") as fe:
+            child = subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True)
+        next_report = t + every
+        while True:  # wait4 gives this child's own rusage (RUSAGE_CHILDREN would mix earlier runs)
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(0.2)
+            if time.perf_counter() >= next_report:
+                next_report += every
+                hwm = _proc_kb(child.pid, "VmHWM") or 0
+                written = sum(f.stat().st_size for f in Path(tmp).iterdir()
+                              if f.is_file() and f.name not in (src.name, log_out.name, log_err.name))
+                print(f"  [{time.perf_counter() - t:7.0f} s] output so far {written / 2**20:9,.1f} MB "
+                      f"({written / 2**20 / in_mb:5.1%} of the input size), peak RSS so far "
+                      f"{hwm / 1024:,.0f} MB", flush=True)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        stdout, stderr = log_out.read_text(), log_err.read_text()
+        wall = time.perf_counter() - t
+        peak_mb = usage.ru_maxrss / 1024
+        if child.returncode != 0:
+            print(stderr[-2000:])
+            raise SystemExit(f"sanitize failed with exit code {child.returncode}")
+        print(f"input {in_mb:,.1f} MB -> output {out.stat().st_size / 2**20:,.1f} MB in {wall:.1f} s wall "
+              f"({usage.ru_utime + usage.ru_stime:.1f} s CPU)")
+        st = json.loads(stdout)
+        print(f"tokens {st['tokens']:,}, {st['tokens_per_second']:,} tokens/s while sanitizing")
         verdict = "PASS" if peak_mb < 2048 else "FAIL"
         print(f"peak RSS of the sanitize process: {peak_mb:,.0f} MB (bound 2048 MB: {verdict}); "
-              f"ratio peak/input = {peak_mb / (src.stat().st_size / 2**20):.2f}")
+              f"ratio peak/input = {peak_mb / in_mb:.2f}", flush=True)
+        return {"input_mb": in_mb, "tokens": st["tokens"], "wall_s": wall, "peak_mb": peak_mb,
+                "cpu_s": usage.ru_utime + usage.ru_stime}
+
+
+def bench_stream_sizes(sizes: list[int], chunk_size: int) -> None:
+    """Peak RSS against input size: flat when the streaming is memory-bounded."""
+    rows = [bench_stream(sz, chunk_size) for sz in sizes]
+    print("\n== peak memory against input size (same chunk size: flat = streaming is memory-bounded)")
+    print(f"{'input MB':>10} {'tokens':>14} {'wall s':>9} {'CPU s':>9} {'peak RSS MB':>12}")
+    for r in rows:
+        print(f"{r['input_mb']:10,.1f} {r['tokens']:14,} {r['wall_s']:9.1f} {r['cpu_s']:9.1f} {r['peak_mb']:12,.0f}")
+    if len(rows) > 1:
+        print(f"input grew {rows[-1]['input_mb'] / rows[0]['input_mb']:.0f}x, peak RSS "
+              f"{rows[-1]['peak_mb'] / rows[0]['peak_mb']:.2f}x")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="5GB", help="size of the generated streaming input (default 5GB)")
+    ap.add_argument("--size", default="5GB", help="size of the generated streaming input (default 5GB); "
+                    "a comma list (e.g. 10MB,100MB,1GB) runs each and prints peak RSS against size")
     ap.add_argument("--quick", action="store_true", help="fewer sampler draws and a 5 MB streaming input "
                     "(chunks of 5,000 documents, so it streams ~10 chunks)")
     ap.add_argument("--skip-stream", action="store_true", help="only the sampler benchmark")
+    ap.add_argument("--skip-samplers", action="store_true", help="only the streaming benchmark")
     ap.add_argument("--chunk-size", type=int, default=50_000, help="documents per streamed chunk")
     a = ap.parse_args()
-    bench_exact(a.quick)
-    bench_samplers(200_000 if a.quick else 1_000_000)
+    if not a.skip_samplers:
+        bench_exact(a.quick)
+        bench_samplers(200_000 if a.quick else 1_000_000)
     if not a.skip_stream:
-        bench_stream(_parse_size("5MB" if a.quick else a.size), min(a.chunk_size, 5_000) if a.quick else a.chunk_size)
+        sizes = [_parse_size(x) for x in ("5MB" if a.quick else a.size).split(",")]
+        bench_stream_sizes(sizes, min(a.chunk_size, 5_000) if a.quick else a.chunk_size)
 
 
 if __name__ == "__main__":
