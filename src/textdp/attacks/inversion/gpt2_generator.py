@@ -1,0 +1,537 @@
+"""A pretrained GPT-2-style generator for Text Revealer, bridged to a WordPiece target.
+
+Spec ``text-revealer.md`` §5.2 ("cross-tokenizer mode", ``alignment =
+"bpe_to_wordpiece"``). The generator ``G`` predicts byte-level BPE tokens
+(GPT-2: 50,257); the target classifier reads WordPiece embeddings (BERT /
+MiniLM: 30,522). A constant, row-stochastic, sparse **alignment matrix**
+``A`` (|V_bpe| × |V_wp|, ``scipy.sparse.csr_matrix`` float32) maps each BPE
+token to the WordPiece piece(s) of its decoded string, and the classifier reads
+the expected next-token embedding
+
+    ê_{t+1} = p̃ᵀ A E_c        (p̃: (V_bpe,) perturbed next-token distribution,
+                                E_c: (V_wp, d) the target's word-embedding table)
+
+so the gradient of the target's cross-entropy reaches ``p̃`` and, through ``G``,
+the perturbed key/value history (PPLM). ``A E_c`` is precomputed per target
+(:meth:`BpeVocab.bridge`, a (V_bpe, d) float32 table).
+
+**How a row of A is built** (:func:`build_alignment`), for BPE token ``v``:
+
+1. decode ``v`` to its surface string (byte-level BPE: ``Ġ`` is a leading space);
+2. it *starts a word* when the surface starts with whitespace (or the raw token
+   starts with ``Ġ``/``▁``); otherwise it *continues* the previous word;
+3. normalise it with the target tokenizer's own normaliser (lowercase, accents)
+   and pre-tokeniser (whitespace and punctuation split, exactly as BERT does).
+   A word-initial word is WordPiece-tokenised as BERT would; the first word of a
+   continuation token is tokenised greedily (longest match first) with ``##``
+   pieces only (``ing`` -> ``##ing``), falling back to BERT's word-initial
+   tokenisation if no ``##`` segmentation exists. Punctuation is always its own
+   word in BERT, so a continuation ``,`` maps to ``,``;
+4. **policy** ``first`` (textdp's default): all mass on the first piece.
+   ``mean``: mass spread uniformly over the pieces (the spec's suggestion);
+5. tokens that give no piece (pure whitespace ``Ġ``/``Ċ``, partial UTF-8 bytes
+   that decode to U+FFFD, which BERT's normaliser deletes) and the generator's
+   special tokens map to ``[UNK]``, except end-of-text, which maps to ``[SEP]``
+   (the text ends there). Ids beyond the tokenizer's length (padded embedding
+   rows) map to ``[UNK]``. Every row sums to 1.
+
+Why ``first`` by default: a BPE token occupies *one* soft position, and when the
+text is re-tokenised for the target, the classifier position right after the
+hard prefix holds the **first** WordPiece piece of the next token. With
+``first``, ``ê_{t+1}`` is therefore exactly the expected embedding of the
+classifier's next input position (for word-initial tokens, which carry most of
+the mass after a complete word); ``mean`` feeds an average of piece embeddings
+that no real input ever has. The share of the generator's mass on multi-piece
+tokens is reported (:meth:`BpeAlignment.multi_piece_mass`) so the size of the
+approximation is visible. Known approximation (both policies): a continuation
+token can change how the *previous* word is split after re-tokenisation.
+
+**Hard prefix**: the generated BPE ids are decoded to text and re-tokenised by
+the target's tokenizer (:meth:`BpeBridge.prefix_cls_ids`); inverted texts are
+decoded by the BPE tokenizer and scored from their strings. Because rows of a
+batch re-tokenise to different WordPiece lengths, TR and VTG run one row at a
+time with this generator (:func:`generate_texts_bpe`); PPLM's per-row seeds
+and per-sample gradient norms make that identical to a batched run.
+
+**Loading, offline only** (:func:`resolve_generator`, :func:`load_generator`):
+``PATH`` is a local folder holding a causal LM (``config.json``, weights) and its
+tokenizer, e.g. written by ``save_pretrained``; a hub name such as ``gpt2`` is
+used only when it is already in the local Hugging Face cache
+(``local_files_only=True``; textdp never downloads). GPT-2 checkpoints are
+converted onto :class:`textdp.models.causal_lm.CausalLM` (explicit per-layer
+``(K, V)`` history; GPT-2's ``Conv1D`` ``[in, out]`` weights transposed); any
+other ``AutoModelForCausalLM`` runs through :class:`HFCausalLMAdapter`, which
+rebuilds a fresh ``DynamicCache`` from the ``(K, V)`` list at every call (never
+reused, so PPLM's iterations cannot grow it in place).
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from textdp.errors import InputError, MissingPackageError, ParameterError, excerpt
+
+try:
+    import torch
+    from torch import nn
+except ImportError:  # pragma: no cover
+    raise MissingPackageError("the GPT-2 generator needs torch; run: pip install 'textdp[nlp]'") from None
+
+__all__ = ["POLICIES", "BpeAlignment", "BpeVocab", "BpeBridge", "HFCausalLMAdapter", "build_alignment",
+           "wordpiece_pieces", "resolve_generator", "load_generator", "prepare_pretrained_generator",
+           "generate_texts_bpe"]
+
+POLICIES = ("first", "mean")
+
+_LOCAL_HELP = ("pass a local folder instead: --generator PATH, holding config.json, the model weights and the "
+               "tokenizer files (e.g. written by save_pretrained)")
+
+
+# =========================================================================== loading
+def resolve_generator(name: str | os.PathLike) -> Path:
+    """The local folder of generator ``name``, checked offline (nothing is downloaded).
+
+    An existing folder -> itself. A path-like value that does not exist, or a
+    file -> InputError. Any other value is a Hugging Face hub name (``gpt2``,
+    ``org/name``) that must already be in the local cache (``HF_HOME`` /
+    ``HF_HUB_CACHE``); it resolves to the cached snapshot folder, else InputError
+    saying how to pass a local folder.
+    """
+    from textdp.models.classifier import looks_like_path
+
+    s = str(name).strip()
+    if not s:
+        raise InputError(f"empty --generator; use scratch or {_LOCAL_HELP}")
+    p = Path(s).expanduser()
+    if p.is_dir():
+        return p
+    if p.exists():
+        raise InputError(f"generator {excerpt(s, 80)} is a file; {_LOCAL_HELP}")
+    if looks_like_path(s):
+        raise InputError(f"generator folder {excerpt(s, 80)} does not exist; {_LOCAL_HELP}")
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(repo_id=s, local_files_only=True)
+    except Exception:  # noqa: BLE001 - LocalEntryNotFoundError, HFValidationError, ...
+        raise InputError(f"generator {excerpt(s, 80)} is not in the local Hugging Face cache and textdp never "
+                         f"downloads models; {_LOCAL_HELP}") from None
+    return Path(folder)
+
+
+class HFCausalLMAdapter(nn.Module):
+    """Any Hugging Face ``AutoModelForCausalLM`` behind :class:`CausalLM`'s interface.
+
+    ``forward(input_ids=None, inputs_embeds=None, past=None) -> (logits (B, T, V),
+    new_past, hidden (B, T, d))`` with ``past`` a list of per-layer ``(K, V)``
+    tensors. A fresh ``DynamicCache`` is built from ``past`` at every call, so the
+    caller's tensors are never modified and gradients flow into them.
+    """
+
+    def __init__(self, hf_model):
+        import inspect
+
+        super().__init__()
+        self.hf = hf_model
+        params = inspect.signature(hf_model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        c = hf_model.config
+        self.config = type("Cfg", (), {"max_len": getattr(c, "max_position_embeddings", None)
+                                       or getattr(c, "n_positions", 10**9), "vocab_size": c.vocab_size})()
+
+    def forward(self, input_ids=None, inputs_embeds=None, past=None):
+        from transformers.cache_utils import DynamicCache
+
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ParameterError("pass exactly one of input_ids and inputs_embeds")
+        cache = DynamicCache([(k, v) for k, v in past]) if past else DynamicCache()
+        kw = {self._cache_arg: cache}  # transformers >= 5.2x renamed past_key_values to cache
+        out = self.hf(input_ids=input_ids, inputs_embeds=inputs_embeds, use_cache=True, output_hidden_states=True,
+                      return_dict=True, **kw)
+        pkv = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
+        new_past = [(layer.keys, layer.values) for layer in pkv.layers]
+        return out.logits, new_past, out.hidden_states[-1]
+
+
+def _gpt2_convertible(c) -> bool:
+    return (getattr(c, "model_type", "") == "gpt2" and abs(float(c.layer_norm_epsilon) - 1e-5) < 1e-12
+            and c.activation_function in ("gelu_new", "gelu_pytorch_tanh")
+            and getattr(c, "scale_attn_weights", True) and not getattr(c, "scale_attn_by_inverse_layer_idx", False)
+            and not getattr(c, "reorder_and_upcast_attn", False) and getattr(c, "n_inner", None) in (None, 4 * c.n_embd))
+
+
+def _gpt2_to_causal_lm(hf):
+    """A :class:`CausalLM` with the weights of a Hugging Face ``GPT2LMHeadModel``."""
+    from textdp.models.causal_lm import CausalLM, CausalLMConfig
+
+    c = hf.config
+    model = CausalLM(CausalLMConfig(vocab_size=c.vocab_size, d_model=c.n_embd, n_layers=c.n_layer,
+                                    n_heads=c.n_head, max_len=c.n_positions, dropout=0.0))
+    dst = {}
+    for k, v in hf.transformer.state_dict().items():
+        if k.endswith((".attn.bias", ".attn.masked_bias")):  # causal-mask buffers (not c_attn.bias)
+            continue
+        if k.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
+            v = v.T  # Conv1D [in, out] -> Linear [out, in]
+        dst[k] = v.contiguous()
+    missing, unexpected = model.load_state_dict(dst, strict=False)
+    if missing or unexpected:
+        raise InputError(f"not a GPT-2 checkpoint (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model
+
+
+def load_generator(name_or_path: str | os.PathLike, *, convert_gpt2: bool = True):
+    """``(model, tokenizer, info)`` for a pretrained causal LM, offline.
+
+    ``model`` is a frozen, eval-mode :class:`CausalLM` (GPT-2 checkpoints whose
+    architecture it reproduces, when ``convert_gpt2``) or
+    :class:`HFCausalLMAdapter`; ``tokenizer`` the folder's fast tokenizer. Raises
+    InputError when the folder/name cannot be loaded offline.
+    """
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    except ImportError:
+        raise MissingPackageError("a pretrained generator needs transformers; run: pip install 'textdp[nlp]'") from None
+    from textdp.models.classifier import _quiet_transformers
+
+    _quiet_transformers()
+    folder = resolve_generator(name_or_path)
+    try:
+        conf = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        hf = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - OSError/ValueError/KeyError from transformers
+        raise InputError(f"cannot load a causal language model and its tokenizer from {excerpt(str(folder), 80)} "
+                         f"({type(exc).__name__}); {_LOCAL_HELP}") from None
+    if not getattr(tok, "is_fast", False):
+        raise InputError(f"the generator tokenizer in {excerpt(str(folder), 80)} is not a fast tokenizer; "
+                         "save it with tokenizers/transformers (tokenizer.json)")
+    hf.eval()
+    if convert_gpt2 and _gpt2_convertible(conf):
+        model, kind = _gpt2_to_causal_lm(hf), "gpt2 -> textdp CausalLM (explicit K/V)"
+    else:
+        model, kind = HFCausalLMAdapter(hf), f"{conf.model_type} via transformers (DynamicCache rebuilt per call)"
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    info = {"generator": str(name_or_path), "folder": str(folder), "model_type": conf.model_type, "runtime": kind,
+            "parameters": int(sum(p.numel() for p in model.parameters())), "bpe_vocab_size": len(tok),
+            "model_vocab_size": int(conf.vocab_size)}
+    return model, tok, info
+
+
+# =========================================================================== alignment
+_ASCII_PUNCT = {chr(c) for c in list(range(33, 48)) + list(range(58, 65)) + list(range(91, 97)) + list(range(123, 127))}
+
+
+def _is_punct(w: str) -> bool:
+    return len(w) == 1 and (w in _ASCII_PUNCT or unicodedata.category(w).startswith("P"))
+
+
+def _greedy_continuation(word: str, vocab: dict, prefix: str, max_chars: int) -> list[int] | None:
+    """Longest-match-first WordPiece split of ``word`` with every piece ``##``-prefixed, or None."""
+    if len(word) > max_chars:
+        return None
+    out, start = [], 0
+    while start < len(word):
+        end, cur = len(word), None
+        while start < end:
+            sub = prefix + word[start:end]
+            if sub in vocab:
+                cur = vocab[sub]
+                break
+            end -= 1
+        if cur is None:
+            return None
+        out.append(cur)
+        start = end
+    return out
+
+
+class _WordPieceSplitter:
+    """The target tokenizer's normaliser, pre-tokeniser and WordPiece model, read once."""
+
+    def __init__(self, cls_tokenizer):
+        be = getattr(cls_tokenizer, "backend_tokenizer", None)
+        if be is None or type(be.model).__name__ != "WordPiece":
+            raise ParameterError("the BPE alignment needs a fast WordPiece target tokenizer (BERT family), got "
+                                 f"{type(be.model).__name__ if be is not None else type(cls_tokenizer).__name__}")
+        self.normalizer, self.pre_tokenizer, self.model = be.normalizer, be.pre_tokenizer, be.model
+        self.vocab = cls_tokenizer.get_vocab()
+        self.prefix = getattr(self.model, "continuing_subword_prefix", "##")
+        self.max_chars = getattr(self.model, "max_input_chars_per_word", 100)
+
+    def __call__(self, surface: str, word_initial: bool) -> list[int]:
+        norm = self.normalizer.normalize_str(surface) if self.normalizer is not None else surface
+        words = (self.pre_tokenizer.pre_tokenize_str(norm) if self.pre_tokenizer is not None
+                 else [(norm, (0, len(norm)))])
+        out: list[int] = []
+        for w, (start, _) in words:
+            if not w:
+                continue
+            if not word_initial and start == 0 and not _is_punct(w):
+                ids = _greedy_continuation(w, self.vocab, self.prefix, self.max_chars)
+                if ids is not None:
+                    out.extend(ids)
+                    continue
+            out.extend(t.id for t in self.model.tokenize(w))
+        return out
+
+
+def wordpiece_pieces(surface: str, word_initial: bool, cls_tokenizer) -> list[int]:
+    """WordPiece ids of one generator token's surface string (step 3 of the module doc).
+
+    ``surface``: the decoded token (may start with a space); ``word_initial``:
+    whether it starts a word; ``cls_tokenizer``: the target's fast WordPiece
+    tokenizer. Returns ``[]`` when nothing remains after normalisation. (For many
+    tokens, :func:`build_alignment` reads the tokenizer once.)
+    """
+    return _WordPieceSplitter(cls_tokenizer)(surface, word_initial)
+
+
+@dataclass
+class BpeAlignment:
+    """The alignment matrix ``A`` and its diagnostics.
+
+    ``matrix``: ``scipy.sparse.csr_matrix`` (V_g, V_c) float32, row-stochastic;
+    ``n_pieces``: (V_g,) int32 WordPiece pieces of each generator token (0 =
+    nothing, mapped to [UNK]/[SEP]); ``word_initial``: (V_g,) bool; ``policy``.
+    """
+
+    matrix: object
+    n_pieces: np.ndarray
+    word_initial: np.ndarray
+    policy: str
+    stats: dict = field(default_factory=dict)
+
+    def multi_piece_mass(self, probs) -> np.ndarray:
+        """Share of each row's probability mass (B, V_g) on tokens of >= 2 pieces: (B,) float."""
+        p = probs.detach().cpu().numpy() if isinstance(probs, torch.Tensor) else np.asarray(probs)
+        return p[..., : len(self.n_pieces)] @ (self.n_pieces >= 2).astype(p.dtype)
+
+
+def build_alignment(gen_tokenizer, cls_tokenizer, *, vocab_size: int | None = None, policy: str = "first") -> BpeAlignment:
+    """Build ``A`` (module docstring, steps 1-5) from the generator's BPE tokenizer
+    and the target's WordPiece tokenizer (both fast tokenizers).
+
+    ``vocab_size``: rows of ``A`` = the generator's output size (defaults to
+    ``len(gen_tokenizer)``; extra rows map to [UNK]). ``policy``: ``first`` or
+    ``mean``. Raises ParameterError for an unknown policy or a target vocabulary
+    without [UNK]/[SEP].
+    """
+    from scipy import sparse
+
+    if policy not in POLICIES:
+        raise ParameterError(f"unknown alignment policy {policy!r}; choose one of: {', '.join(POLICIES)}")
+    n_tok = len(gen_tokenizer)
+    V = int(vocab_size or n_tok)
+    cvocab = cls_tokenizer.get_vocab()
+    unk, sep = cls_tokenizer.unk_token_id, cls_tokenizer.sep_token_id
+    if unk is None or sep is None:
+        raise ParameterError("the target tokenizer needs [UNK] and [SEP] tokens (a BERT-style WordPiece vocabulary)")
+    special = set(gen_tokenizer.all_special_ids) | {i for i in getattr(gen_tokenizer, "added_tokens_decoder", {})
+                                                    if i < n_tok and gen_tokenizer.added_tokens_decoder[i].special}
+    eos = gen_tokenizer.eos_token_id
+    raw = gen_tokenizer.convert_ids_to_tokens(list(range(min(n_tok, V))))
+    split = _WordPieceSplitter(cls_tokenizer)
+    rows, cols, vals = [], [], []
+    n_pieces = np.zeros(V, dtype=np.int32)
+    initial = np.zeros(V, dtype=bool)
+    n_unk_rows = 0
+    for v in range(V):
+        if v >= n_tok or v in special or raw[v] is None:
+            target = sep if v == eos else unk
+            n_unk_rows += target == unk
+            rows.append(v), cols.append(target), vals.append(1.0)
+            continue
+        r = raw[v]
+        surface = gen_tokenizer.convert_tokens_to_string([r])
+        init = surface[:1].isspace() or r.startswith(("Ġ", "▁"))
+        initial[v] = init
+        pieces = split(surface, init)
+        n_pieces[v] = len(pieces)
+        if not pieces:
+            pieces = [unk]
+        if all(p == unk for p in pieces):
+            n_unk_rows += 1
+        if policy == "first" or len(pieces) == 1:
+            rows.append(v), cols.append(pieces[0]), vals.append(1.0)
+        else:
+            w = 1.0 / len(pieces)
+            for p in pieces:
+                rows.append(v), cols.append(p), vals.append(w)
+    n_cols = max(cvocab.values()) + 1
+    A = sparse.coo_matrix((np.asarray(vals, np.float32), (np.asarray(rows), np.asarray(cols))), shape=(V, n_cols))
+    A = A.tocsr()  # duplicate (row, col) entries of `mean` are summed
+    stats = {"rows": V, "policy": policy, "unk_rows": int(n_unk_rows),
+             "multi_piece_rows": int((n_pieces >= 2).sum()), "word_initial_rows": int(initial.sum()),
+             "distinct_wordpieces": int(len(np.unique(A.indices)))}
+    return BpeAlignment(A, n_pieces, initial, policy, stats)
+
+
+# =========================================================================== vocabulary + bridge
+@dataclass
+class BpeVocab:
+    """The generator's BPE vocabulary with its alignment to the target.
+
+    Plays the role :class:`textdp.models.causal_lm.SharedVocab` plays for the
+    from-scratch generator: ``bos``/``eos`` ids, :meth:`encode_text`,
+    :meth:`decode`, and :meth:`bridge` for TR. ``kind = "bpe"`` tells the
+    pipeline to generate with :func:`generate_texts_bpe`.
+    """
+
+    tokenizer: object
+    alignment: BpeAlignment
+    bos: int
+    eos: int
+    kind: str = "bpe"
+
+    @property
+    def unk(self) -> int:
+        u = self.tokenizer.unk_token_id
+        return self.eos if u is None else int(u)
+
+    def __len__(self) -> int:
+        return self.alignment.matrix.shape[0]
+
+    def encode_text(self, text: str) -> list[int]:
+        """BPE ids of ``text`` (no special tokens)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, gen_ids: Sequence[int], stop_at_eos: bool = True) -> str:
+        """BPE ids -> text: stops at ``eos`` after the first position (the begin-of-text
+        id may equal ``eos``, as in GPT-2), drops special tokens, strips spaces."""
+        ids = [int(g) for g in gen_ids]
+        if ids and ids[0] == self.bos:
+            ids = ids[1:]
+        if stop_at_eos and self.eos in ids:
+            ids = ids[: ids.index(self.eos)]
+        return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False).strip()
+
+    def bridge(self, clf) -> "BpeBridge":
+        """The TR bridge to target ``clf`` (its current embedding table)."""
+        return BpeBridge.build(self, clf)
+
+
+@dataclass
+class BpeBridge:
+    """Generator -> classifier bridge in cross-tokenizer mode (duck-types
+    :class:`textdp.attacks.inversion.pplm.SharedBridge`).
+
+    ``soft_table``: (V_g, d_c) float32 = ``A E_c`` (constant); the classifier reads
+    ``probs @ soft_table``. :meth:`prefix_cls_ids` re-tokenises the hard prefix.
+    """
+
+    vocab: BpeVocab
+    clf: object
+    soft_table: torch.Tensor
+    cls_id: int
+    sep_id: int
+
+    @classmethod
+    def build(cls, vocab: BpeVocab, clf) -> "BpeBridge":
+        E = clf.embedding_matrix().detach().cpu().numpy().astype(np.float32)
+        A = vocab.alignment.matrix
+        if A.shape[1] > E.shape[0]:
+            raise ParameterError(f"the alignment has {A.shape[1]} WordPiece columns but the target has "
+                                 f"{E.shape[0]} embedding rows; build it with the target's tokenizer")
+        if A.shape[1] < E.shape[0]:
+            from scipy import sparse
+
+            A = sparse.csr_matrix((A.data, A.indices, A.indptr), shape=(A.shape[0], E.shape[0]))
+        sp = clf.special_ids()
+        return cls(vocab, clf, torch.from_numpy(np.asarray(A @ E, dtype=np.float32)), sp["cls"], sp["sep"])
+
+    def prefix_cls_ids(self, gen_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) generator ids (begin-of-text first) -> (B, T') classifier ids of the
+        decoded, re-tokenised text. Raises ParameterError when rows re-tokenise to
+        different lengths (run one row at a time, as :func:`generate_texts_bpe` does)."""
+        texts = [self.vocab.decode(r) for r in gen_ids.tolist()]
+        ids = self.clf.token_ids(texts)
+        if len({len(x) for x in ids}) > 1:
+            raise ParameterError("rows re-tokenise to different WordPiece lengths; generate one row at a time")
+        return torch.tensor(ids, dtype=torch.long).reshape(len(ids), -1)
+
+
+# =========================================================================== pipeline hooks
+def prepare_pretrained_generator(clf, name_or_path: str, *, policy: str = "first", progress=None):
+    """``(model, BpeVocab, info)``: the pretrained generator ``name_or_path`` (offline,
+    :func:`load_generator`) with its alignment to ``clf``'s WordPiece tokenizer.
+
+    The generator is used as loaded (no fine-tuning on the public split in this
+    version). ``info`` holds the load details and the alignment statistics.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    model, tok, info = load_generator(name_or_path)
+    bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    eos = tok.eos_token_id if tok.eos_token_id is not None else bos
+    if bos is None:
+        raise InputError(f"generator {excerpt(str(name_or_path), 80)}: its tokenizer has neither a begin- nor an "
+                         "end-of-text token")
+    logits_rows = int(model.config.vocab_size)
+    al = build_alignment(tok, clf.tokenizer, vocab_size=max(logits_rows, len(tok)), policy=policy)
+    vocab = BpeVocab(tok, al, int(bos), int(eos))
+    info.update({"alignment": f"bpe_to_wordpiece (policy {policy})", "alignment_stats": al.stats,
+                 "finetuned_on_public": False, "load_seconds": round(time.perf_counter() - t0, 2), "cached": False})
+    return model, vocab, info
+
+
+def generate_texts_bpe(method: str, *, clf, generator, vocab: BpeVocab, templates: Sequence[str],
+                       labels: Sequence[str], cfg, attack_key: int, gen_length: int,
+                       template_label: Sequence[str] | None = None,
+                       on_text: Callable[[int], None] | None = None):
+    """TR / VTG texts with a BPE generator; same contract and seeds as
+    :func:`textdp.attacks.inversion.pipeline.generate_texts`.
+
+    Each (label a, template t, sample s) row is generated alone (B = 1) with the
+    seed ``_row_seed(attack_key, t, a·num_samples + s)``, for both methods, so TR
+    with ``stepsize = 0`` reproduces VTG token for token. Templates are BPE-encoded
+    from their text; outputs are decoded by the BPE tokenizer.
+    """
+    import inspect
+
+    import pandas as pd
+
+    from textdp.attacks.inversion.pipeline import _row_seed
+    from textdp.attacks.inversion.pplm import generate
+
+    if method not in ("tr", "vtg"):
+        raise ParameterError(f"generate_texts_bpe handles tr and vtg, not {method!r}")
+    ns = cfg.num_samples
+    pcfg = cfg.pplm.__class__(**{**cfg.pplm.__dict__, "gen_length": gen_length})
+    bridge = vocab.bridge(clf) if method == "tr" else None
+    tpl_ids = []
+    for t in templates:
+        ids = vocab.encode_text(t)
+        if not ids:
+            raise InputError(f"template {excerpt(t)} encodes to no generator token")
+        tpl_ids.append([vocab.bos] + ids)
+    # never emit begin-of-text or the tokenizer's unknown token, unless it is the end-of-text id
+    # (GPT-2 uses <|endoftext|> for all three); passed only to a generate() that supports it
+    kw = {}
+    if "banned" in inspect.signature(generate).parameters:
+        kw["banned"] = sorted({vocab.bos, vocab.unk} - {vocab.eos})
+    rows = []
+    for a in range(len(labels)):
+        for t in range(len(templates)):
+            for s in range(ns):
+                prefix = torch.tensor([tpl_ids[t]], dtype=torch.long)
+                res = generate(generator, clf if method == "tr" else None, bridge, prefix, [a], pcfg,
+                               [_row_seed(attack_key, t, a * ns + s)], perturb=(method == "tr"), eos=vocab.eos,
+                               **kw)
+                rows.append({"label": labels[a], "template": templates[t], "sample": s,
+                             "text": vocab.decode(res["ids"][0].tolist()),
+                             "label_for_acc": (template_label[t] if (method == "vtg" and template_label)
+                                               else labels[a])})
+                if on_text:
+                    on_text(1)
+    # the pipeline's row order: label-major, then template, then sample (as generate_texts)
+    return pd.DataFrame(rows)
