@@ -19,6 +19,18 @@ Concurrency: every write holds an exclusive ``fcntl.flock`` on a sibling
 (:meth:`Ledger.record` re-checks under the lock), so two parallel releases
 cannot both pass a check that only one of them fits.
 
+Reservations (what the CLI does): a releasing command first appends a
+``reservation`` entry (:meth:`Ledger.reserve`, checked under the lock) BEFORE it
+computes or writes anything, and the spend counts open reservations like
+releases; when its output is written it appends the ``release`` entry that
+closes the reservation (:meth:`Ledger.record` with ``reservation=``), and on
+failure a ``cancel`` entry (:meth:`Ledger.cancel`). So a parallel release sees the
+budget already taken and no output ever exists whose spend is not yet in the
+ledger. A run killed without cleanup (SIGKILL, power loss) leaves its
+reservation open: it keeps counting as spent (the safe side) and shows in
+``textdp budget show``. The final release is checked again only for what it
+needs beyond its reservation (e.g. a float-safety term known only after the run).
+
 Which ledger: a dataset FILE is identified by the SHA-256 of its bytes, not by
 its path, so a copy, a symlink, a hard link or a renamed file all share one
 ledger (a DP budget protects a dataset, whatever it is called). The ledger file
@@ -212,8 +224,19 @@ class Ledger:
     def releases(self) -> list[dict[str, Any]]:
         return [e for e in self.entries() if e.get("type") == "release"]
 
-    def guarantees(self) -> list[Guarantee]:
-        return [guarantee_from_dict(e["guarantee"]) for e in self.releases()]
+    def open_reservations(self, entries: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """``reservation`` entries not yet closed by a ``release`` or ``cancel`` entry."""
+        entries = self.entries() if entries is None else entries
+        closed = {e.get("reservation") for e in entries if e.get("type") in ("release", "cancel")}
+        return [e for e in entries if e.get("type") == "reservation" and e.get("id") not in closed]
+
+    def guarantees(self, exclude_reservation: str | None = None) -> list[Guarantee]:
+        """Guarantees of every release and every open reservation (both count as spent);
+        ``exclude_reservation``: leave that reservation out (the one being closed)."""
+        entries = self.entries()
+        spend = [e for e in entries if e.get("type") == "release"]
+        spend += [e for e in self.open_reservations(entries) if e.get("id") != exclude_reservation]
+        return [guarantee_from_dict(e["guarantee"]) for e in spend]
 
     def _delta(self) -> float:
         b = self.budget()
@@ -242,6 +265,7 @@ class Ledger:
             "ledger": str(self.path),
             "budget": None if b is None else {"epsilon": b.epsilon, "delta": b.delta},
             "releases": len(self.releases()),
+            "open_reservations": len(self.open_reservations()),
             "groups": groups,
             "chain_ok": self.verify(),
         }
@@ -273,19 +297,21 @@ class Ledger:
         return isinstance(head, dict) and head.get("count") == n and head.get("last") == prev
 
     # ------------------------------------------------------------ checking
-    def check(self, guarantee: Guarantee) -> None:
+    def check(self, guarantee: Guarantee, exclude_reservation: str | None = None) -> None:
         """Raise BudgetExceededError (with the numbers) when ``guarantee`` would overspend.
 
-        No budget set: always allowed.
+        No budget set: always allowed. Open reservations count as spent, except
+        ``exclude_reservation`` (the reservation this guarantee replaces).
         """
         b = self.budget()
         if b is None:
             return
         key = group_key(guarantee)
         delta = self._delta()
-        new_total = compose_by_group([*self.guarantees(), guarantee], delta)[key]
+        others = self.guarantees(exclude_reservation)
+        new_total = compose_by_group([*others, guarantee], delta)[key]
         eps, dlt = spent_epsilon(new_total, delta)
-        before = self.spent().get(key)
+        before = compose_by_group(others, delta).get(key)
         eps_before = spent_epsilon(before, delta)[0] if before is not None else 0.0
         over_delta = b.delta is not None and dlt > b.delta * (1 + 1e-12)
         if eps > b.epsilon * (1 + 1e-12) or over_delta:
@@ -337,6 +363,38 @@ class Ledger:
                                  "delta": None if delta is None else float(delta),
                                  "input_sha256": self.input_sha256})
 
+    def reserve(self, guarantee: Guarantee, command: str = "", force: bool = False) -> str:
+        """Check the budget and append a ``reservation`` entry under the lock; returns its id.
+
+        Call before computing a release; close it with :meth:`record` (``reservation=id``)
+        or :meth:`cancel`. Until closed it counts as spent. Raises BudgetExceededError
+        when over budget and not ``force`` (nothing is appended).
+        """
+        import uuid
+
+        rid = uuid.uuid4().hex
+        with self.lock():
+            forced = False
+            try:
+                self.check(guarantee)
+            except BudgetExceededError:
+                if not force:
+                    raise
+                forced = True
+            self._append({"type": "reservation", "id": rid, "time": _now(), "dataset": self.dataset,
+                          "command": command, "guarantee": guarantee.to_dict(), "group": group_key(guarantee),
+                          "forced": forced, "pid": os.getpid()})
+        return rid
+
+    def cancel(self, reservation: str) -> dict[str, Any] | None:
+        """Close an open reservation without a release (the run failed or was refused);
+        returns the ``cancel`` entry, or None when the reservation is not open."""
+        with self.lock():
+            if not any(e.get("id") == reservation for e in self.open_reservations()):
+                return None
+            return self._append({"type": "cancel", "reservation": reservation, "time": _now(),
+                                 "dataset": self.dataset})
+
     def record(
         self,
         guarantee: Guarantee,
@@ -345,6 +403,7 @@ class Ledger:
         command: str = "",
         force: bool = False,
         input_hash: str | None = None,
+        reservation: str | None = None,
     ) -> dict[str, Any]:
         """Check the budget and append a ``release`` entry atomically (one exclusive
         lock held from the check to the fsync'ed append); returns the entry.
@@ -353,24 +412,28 @@ class Ledger:
         appended). ``card``: the privacy card written next to the output.
         ``input_hash`` skips re-hashing when the caller already hashed the input
         (default: the hash of ``input_path``, else the hash taken when the ledger was opened).
+        ``reservation``: the id from :meth:`reserve` this release closes (the check then
+        replaces the reservation's guarantee by ``guarantee``); raises ParameterError
+        when that reservation is not open.
         """
         if input_hash is None:
             input_hash = hash_input(input_path) if input_path is not None else self.input_sha256
         with self.lock():
+            if reservation is not None and not any(e.get("id") == reservation for e in self.open_reservations()):
+                raise ParameterError(f"reservation {reservation!r} is not open in {self.path}")
             forced = False
-            if not force:
-                self.check(guarantee)
-            else:
-                try:
-                    self.check(guarantee)
-                except BudgetExceededError:
-                    forced = True
-            return self._record_locked(guarantee, card, command, forced, input_hash)
+            try:
+                self.check(guarantee, exclude_reservation=reservation)
+            except BudgetExceededError:
+                if not force:
+                    raise
+                forced = True
+            return self._record_locked(guarantee, card, command, forced, input_hash, reservation)
 
-    def _record_locked(self, guarantee, card, command, forced, input_hash) -> dict[str, Any]:
+    def _record_locked(self, guarantee, card, command, forced, input_hash, reservation=None) -> dict[str, Any]:
         rnd = (card.get("randomness") or card.get("seed") or {}) if isinstance(card, dict) else {}
         seeded = bool(rnd.get("seeded", False)) if isinstance(rnd, dict) else False
-        return self._append({
+        entry = {
             "type": "release",
             "time": _now(),
             "dataset": self.dataset,
@@ -381,7 +444,10 @@ class Ledger:
             "seeded": seeded,
             "forced": forced,
             "card": card,
-        })
+        }
+        if reservation is not None:
+            entry["reservation"] = reservation
+        return self._append(entry)
 
 
 @contextlib.contextmanager

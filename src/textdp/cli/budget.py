@@ -71,6 +71,10 @@ def show(
             {k: e.get(k) for k in ("time", "command", "group", "guarantee", "input_sha256", "seeded", "forced")}
             for e in led.releases()
         ]
+        summary["open_reservation_log"] = [
+            {k: e.get(k) for k in ("id", "time", "command", "group", "guarantee", "pid")}
+            for e in led.open_reservations()
+        ]
         print_json(summary)
         return
     b = summary["budget"]
@@ -97,6 +101,16 @@ def show(
         r.add_row(e.get("time", ""), e.get("command", ""), guarantee_from_dict(e["guarantee"]).describe(),
                   "yes" if e.get("seeded") else "no", "yes" if e.get("forced") else "no")
     out_console.print(r)
+    opened = led.open_reservations()
+    if opened:
+        o = Table(title=f"{len(opened)} open reservations (counted as spent: a release in progress, or a run "
+                        "killed before it could record or cancel)")
+        for c in ("time", "command", "guarantee", "pid"):
+            o.add_column(c)
+        for e in opened:
+            o.add_row(e.get("time", ""), e.get("command", ""), guarantee_from_dict(e["guarantee"]).describe(),
+                      str(e.get("pid", "")))
+        out_console.print(o)
 
 
 @budget_app.command("set")

@@ -135,36 +135,38 @@ def sanitize_command(
     try:
         io.check_output_path(out, [None if builtin else input], overwrite=overwrite)
         check_card_path(out, overwrite=overwrite)
-        led = None
-        if not no_ledger:  # refuse an overspend before any work (issue 8)
-            from textdp.accounting.guarantees import MetricDP
+        # the mechanism's guarantee is data-independent: known before anything is read
+        mech = make_mechanism(mech_name, embeddings, epsilon, **kwargs)
+        led = reservation = None
+        if not no_ledger:  # reserve the budget before any work (issue 8): refused -> nothing is done
             from textdp.accounting.ledger import Ledger
 
             led = Ledger(input, ledger_dir)
-            if not force:
-                led.check(MetricDP(epsilon=epsilon))
-        result = _run(input, builtin, out, mech_name, epsilon, embeddings, kwargs, text_column, split, limit,
-                      chunk_size, quiet, overwrite, load_dataset, io, make_mechanism, privacy_statistics,
-                      build_card, write_card, t0, seed)
+            reservation = led.reserve(mech.guarantee, command=f"sanitize --mechanism {mech_name}", force=force)
     except BaseException:
         _remove_dirs(created)
         raise
+    try:
+        stats, card_file, mech = _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_size,
+                                      quiet, load_dataset, io, privacy_statistics, build_card, write_card)
+        if led is not None:  # the release closes the reservation (with its card) once the card is written
+            import json as _json
 
-    stats, card_file, mech = result
-    if led is not None:  # append the release (with its card) after the card is written
-        import json as _json
+            from textdp.errors import BudgetExceededError
 
-        from textdp.errors import BudgetExceededError
-
-        try:  # re-checked under the ledger lock: a parallel release may have spent the budget meanwhile
-            led.record(mech.guarantee, card=_json.loads(Path(card_file).read_text(encoding="utf-8")),
-                       input_path=None if builtin else input, command=f"sanitize --mechanism {mech_name}",
-                       force=force)
-        except BudgetExceededError:
-            for f in (out, Path(card_file)):
-                f.unlink(missing_ok=True)
-            _remove_dirs(created)
-            raise
+            try:
+                led.record(mech.guarantee, card=_json.loads(Path(card_file).read_text(encoding="utf-8")),
+                           input_path=None if builtin else input, command=f"sanitize --mechanism {mech_name}",
+                           force=force, reservation=reservation)
+            except BudgetExceededError:
+                for f in (out, Path(card_file)):
+                    f.unlink(missing_ok=True)
+                raise
+    except BaseException:
+        if led is not None:
+            led.cancel(reservation)
+        _remove_dirs(created)
+        raise
     total_s = time.perf_counter() - t0
     summary = {
         "input": input, "output": str(out), "card": str(card_file), "mechanism": mech.name,
@@ -184,8 +186,8 @@ def sanitize_command(
     return summary
 
 
-def _run(input, builtin, out, mech_name, epsilon, embeddings, kwargs, text_column, split, limit, chunk_size,
-         quiet, overwrite, load_dataset, io, make_mechanism, privacy_statistics, build_card, write_card, t0, seed):
+def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_size,
+         quiet, load_dataset, io, privacy_statistics, build_card, write_card):
     from textdp.cli._common import progress as make_progress
     from textdp.errors import InputError
 
@@ -218,9 +220,7 @@ def _run(input, builtin, out, mech_name, epsilon, embeddings, kwargs, text_colum
         source = {"file": str(input), "format": io.detect_format(input)}
 
     with make_progress(quiet=quiet) as bar:
-        task = bar.add_task("loading embeddings", total=None)
-        mech = make_mechanism(mech_name, embeddings, epsilon, **kwargs)
-        bar.update(task, description="counting the vocabulary")
+        task = bar.add_task("counting the vocabulary", total=None)
         n_docs = 0
         for i, (df, col) in enumerate(chunks()):
             # the first chunk keeps its tokens (a one-chunk input is tokenized once);
@@ -243,12 +243,12 @@ def _run(input, builtin, out, mech_name, epsilon, embeddings, kwargs, text_colum
                 stats = st if stats is None else stats.merge(st)
             bar.update(san, completed=total_tokens)
             bar.update(task, description="privacy card")
-            card = _card(mech, stats, source, out, embeddings, privacy_statistics, build_card)
+            card = _card(mech, stats, source, out, privacy_statistics, build_card)
             card_file = write_card(card, out, overwrite=True)
     return stats, card_file, mech
 
 
-def _card(mech, stats, source, out, embeddings, privacy_statistics, build_card) -> dict:
+def _card(mech, stats, source, out, privacy_statistics, build_card) -> dict:
     g = mech.guarantee
     mean_len = stats.tokens / stats.documents if stats.documents else 0.0
     statistics = privacy_statistics(mech, mean_document_tokens=mean_len,

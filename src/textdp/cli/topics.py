@@ -118,7 +118,7 @@ def train_command(
     """Train an LDA topic model (optionally differentially private) and save it with its privacy card."""
     from textdp.data.io import check_output_dir
     from textdp.errors import ParameterError
-    from textdp.topics import OLPLDA, Corpus, make_trainer
+    from textdp.topics import make_trainer
 
     if privacy not in ("none", "hdp", "lp", "olp"):
         raise ParameterError(f"unknown --privacy {privacy!r}; choose none, hdp, lp or olp")
@@ -147,8 +147,24 @@ def train_command(
         from textdp.accounting.ledger import Ledger
 
         led = Ledger(input if Path(input).exists() else name, ledger_dir)
-        if not force:
-            led.check(trainer.guarantee)
+        # reserve before training (refused -> nothing is done); closed by the release or cancelled
+        reservation = led.reserve(trainer.guarantee, command=f"topics train --privacy {privacy}", force=force)
+    try:
+        return _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy, prior_corpus,
+                                  text_column, min_count, max_vocab, iterations, batch_size, quiet, overwrite,
+                                  force, top, json_out, led, reservation if led is not None else None)
+    except BaseException:
+        if led is not None:
+            led.cancel(reservation)
+        raise
+
+
+def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy, prior_corpus, text_column,
+                       min_count, max_vocab, iterations, batch_size, quiet, overwrite, force, top, json_out,
+                       led, reservation):
+    from textdp.errors import ParameterError
+    from textdp.topics import OLPLDA, Corpus
+
     corpus = Corpus.from_texts(train_texts, min_count=min_count, max_vocab=max_vocab)
     if prior_corpus is not None:
         if privacy != "olp":
@@ -170,7 +186,7 @@ def train_command(
         try:  # re-checked under the ledger lock: a parallel release may have spent the budget meanwhile
             entry = led.record(model.guarantee, card=model.card(out / "model.npz"),
                                input_path=input if Path(input).exists() else None,
-                               command=f"topics train --privacy {privacy}", force=force)
+                               command=f"topics train --privacy {privacy}", force=force, reservation=reservation)
         except BudgetExceededError:
             import shutil
 
