@@ -208,3 +208,26 @@ def test_messages_do_not_advise_missing_options(tmp_path):
     with pytest.raises(InputError) as e:
         io.read_table(bad)
     assert "--encoding" not in str(e.value) and "UTF-8" in str(e.value)
+
+
+# 3. usage errors are one line (the installed entry point, not CliRunner) ----------------------
+
+@pytest.mark.parametrize("args, needle", [
+    (["sanitize", "rotten-tomatoes", "--epsilon", "abc"], "--epsilon"),
+    (["sanitize", "rotten-tomatoes", "--epsilon", "1", "--no-such-option"], "--no-such-option"),
+    (["no-such-command"], "no-such-command"),
+    (["sanitize", "rotten-tomatoes"], "--epsilon"),
+])
+def test_usage_errors_are_one_line(args, needle):
+    r = subprocess.run([sys.executable, "-m", "textdp.cli.main", *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr and "╭" not in r.stderr and r.stdout == ""
+
+
+def test_help_and_version_still_exit_zero():
+    for args in (["--version"], ["sanitize", "--help"]):
+        r = subprocess.run([sys.executable, "-m", "textdp.cli.main", *args], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0 and r.stdout.strip(), (args, r.stderr)

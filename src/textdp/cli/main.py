@@ -58,14 +58,43 @@ def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt
 
 
+def _usage_error_line(exc) -> str:
+    """One line for a command-line usage error (bad option value, unknown option, ...)."""
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "textdp"
+    msg = " ".join(exc.format_message().split())
+    return f"error: {msg} (see '{where} --help')"
+
+
 def main() -> None:
+    """Entry point: runs the app; usage errors are one line on stderr with exit code 2."""
     import signal
+    import sys
+
+    try:  # typer >= 0.20 vendors click as typer._click; older typer uses click itself
+        from typer._click import exceptions as cx
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        from click import exceptions as cx
 
     try:  # SIGTERM (timeout, kill) cleans up like Ctrl-C: atomic writers remove temp files
         signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     except (ValueError, OSError):  # not the main thread / unsupported platform
         pass
-    app()
+    try:
+        rv = app(standalone_mode=False)
+    except cx.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare group: show its help, as click does
+            exc.show()
+            sys.exit(exc.exit_code)
+        sys.stderr.write(_usage_error_line(exc) + "\n")
+        sys.exit(2)
+    except cx.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except cx.Abort:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover
