@@ -134,3 +134,14 @@ def test_word_tokenizer_spans_roundtrip():
     toks, spans = tk.tokenize_with_spans(text)
     assert toks == ["i", "do", "n't", "like", "it", "'s", "3.5", "films", "!"]
     assert tk.substitute(text, spans, [text[s:e] for s, e in spans]) == text
+
+
+def test_excerpt_is_short_marked_and_ends_on_a_word_when_it_can():
+    from textdp.errors import excerpt
+
+    e = excerpt("the quick brown fox jumps over the lazy dog and keeps running")
+    assert e == "«the quick brown fox jumps over the lazy…»"
+    assert excerpt("short text") == "«short text»"
+    long_word = excerpt("y" * 100)
+    assert long_word == "«" + "y" * 40 + "…»"  # no space to cut at: cut at the limit
+    assert len(excerpt("a\nb " * 50)) <= 40 + 3 and "\n" not in excerpt("a\nb " * 50)

@@ -41,5 +41,9 @@ def excerpt(text: str, limit: int = 40) -> str:
     """
     text = text.replace("\n", " ").replace("\r", " ")
     if len(text) > limit:
-        text = text[:limit] + "…"
+        cut = text[:limit]
+        space = cut.rfind(" ")
+        if space >= limit // 2 and not text[limit].isspace():  # end on a word boundary when one is near
+            cut = cut[:space]
+        text = cut.rstrip() + "…"
     return f"«{text}»"
