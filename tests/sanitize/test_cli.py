@@ -189,3 +189,25 @@ def test_datasets_command():
     assert r.exit_code == 0 and json.loads(r.stdout)["train_documents"] == 600
     r = runner.invoke(app, ["datasets", "nope"])
     assert r.exit_code == 2
+
+
+def test_poor_embedding_coverage_and_p_zero_are_warned(tmp_path):
+    emb = tmp_path / "e.txt"
+    emb.write_text("le 0 1\nbad 1 0\nmonde 0.5 0.5\n")
+    src = tmp_path / "fr.txt"
+    src.write_text("Ceci est un texte avec des mots\nbonjour le monde\n")
+    out = tmp_path / "o.txt"
+    r = runner.invoke(app, ["sanitize", str(src), "-e", "2", "--embeddings", str(emb), "--no-ledger", "--seed", "1",
+                            "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    card = json.loads(card_path(out).read_text())
+    assert any("have no embedding" in w and w.startswith("80%") for w in card["warnings"]), card["warnings"]
+    r = runner.invoke(app, ["sanitize", str(src), "-e", "2", "--embeddings", str(emb), "--no-ledger", "--seed", "1",
+                            "-o", str(tmp_path / "p0.txt"), "--mechanism", "santext+", "--p", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    card = json.loads(card_path(tmp_path / "p0.txt").read_text())
+    assert any(w.startswith("p = 0") for w in card["warnings"])
+    r = runner.invoke(app, ["sanitize", str(src), "-e", "2", "--embeddings", str(emb), "--no-ledger", "--seed", "1",
+                            "-o", str(tmp_path / "p3.txt"), "--mechanism", "santext+", "--p", "0.3", "--json"])
+    card = json.loads(card_path(tmp_path / "p3.txt").read_text())
+    assert not any(w.startswith("p = 0") for w in card["warnings"])

@@ -8,6 +8,8 @@ prints a summary.
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from pathlib import Path
 from typing import Optional
@@ -168,6 +170,7 @@ def sanitize_command(
         _remove_dirs(created)
         raise
     total_s = time.perf_counter() - t0
+    warnings = json.loads(Path(card_file).read_text(encoding="utf-8")).get("warnings") or []
     summary = {
         "input": input, "output": str(out), "card": str(card_file), "mechanism": mech.name,
         "guarantee": mech.guarantee.describe(), "documents": stats.documents, "tokens": stats.tokens,
@@ -176,7 +179,14 @@ def sanitize_command(
         "seconds_total": round(total_s, 3), "seconds_sanitizing": round(stats.seconds, 3),
         "tokens_per_second": round(stats.tokens / stats.seconds) if stats.seconds > 0 else None,
         "seeded": seed is not None,
+        "warnings": warnings,
     }
+    if not quiet:  # the card's warnings, except the standing note on the corpus output vocabulary
+        from textdp.cli._common import err_console
+
+        for w in warnings:
+            if not w.startswith("the output vocabulary is the set of input words"):
+                err_console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False, soft_wrap=True)
     if json_out:
         from textdp.cli._common import print_json
 
@@ -248,6 +258,10 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
     return stats, card_file, mech
 
 
+#: share of out-of-vocabulary tokens above which the card (and the terminal) warn
+OOV_WARNING_SHARE = 0.2
+
+
 def _card(mech, stats, source, out, privacy_statistics, build_card) -> dict:
     g = mech.guarantee
     mean_len = stats.tokens / stats.documents if stats.documents else 0.0
@@ -262,6 +276,13 @@ def _card(mech, stats, source, out, privacy_statistics, build_card) -> dict:
     if mech.oov == "keep" and stats.oov_tokens:
         warnings.append(f"{stats.oov_tokens} out-of-vocabulary tokens were released unchanged (--oov keep): "
                         "they have NO privacy protection")
+    if stats.tokens and stats.oov_tokens / stats.tokens > OOV_WARNING_SHARE:
+        warnings.append(f"{stats.oov_tokens / stats.tokens:.0%} of the tokens have no embedding in "
+                        f"{mech.embeddings.source} (handled by --oov {mech.oov}): check that the embeddings match "
+                        "the text's language, casing and tokenization")
+    if g.kind == "umldp" and math.isinf(getattr(g, "epsilon0", 0.0)):
+        warnings.append("p = 0: non-sensitive words are always released unchanged, so epsilon0 is infinite "
+                        "and SanText+ gives NO guarantee for them; use p > 0 for a finite epsilon0 = ln(1/p)")
     if mech.output_vocabulary == "corpus":
         warnings.append("the output vocabulary is the set of input words that have embeddings (the paper's "
                         "choice): which words occur in the corpus is not protected")
