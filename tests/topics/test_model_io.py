@@ -64,6 +64,11 @@ def test_export_gensim_and_csv(model, tmp_path):
         model.export(tmp_path / "c", "csv")
     with pytest.raises(ParameterError):
         model.export(tmp_path / "x", "parquet")
+    assert not (tmp_path / "x").exists()  # a refused export creates nothing
+    (tmp_path / "afile").write_text("keep")
+    with pytest.raises(OutputError):
+        model.export(tmp_path / "afile", "csv")
+    assert (tmp_path / "afile").read_text() == "keep"
 
 
 def test_load_rejects_non_model(tmp_path):

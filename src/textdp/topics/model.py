@@ -202,19 +202,21 @@ class TopicModel:
         OutputError for existing files without ``overwrite``.
         """
         out = Path(path)
-        out.mkdir(parents=False, exist_ok=True) if out.parent.is_dir() else None
-        if not out.is_dir():
-            raise OutputError(f"cannot create export folder {str(out)!r}; create its parent first")
-        if format == "gensim":
+        if format == "gensim":  # every check before anything is created
             names = ["topics.npy", "dictionary.txt"]
         elif format == "csv":
             names = ["topic_word.csv", "top_words.csv"]
         else:
             raise ParameterError(f"unknown export format {format!r}; use 'gensim' or 'csv'")
+        if not out.is_dir() and not out.parent.is_dir():
+            raise OutputError(f"cannot create export folder {str(out)!r}; create its parent first")
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"{str(out)!r} is a file, not a folder; give a folder to export into")
         files = [out / n for n in names]
         for f in files:
             if f.exists() and not overwrite:
                 raise OutputError(f"{str(f)!r} already exists; pass --overwrite to replace it")
+        out.mkdir(parents=False, exist_ok=True)
         from textdp.data.io import atomic_output
 
         if format == "gensim":
