@@ -27,7 +27,7 @@ text.
 
 Presets (:data:`PRETRAIN_PRESETS`, keyed by encoder then name): ``tiny`` (tests and smoke
 runs; its numbers are noise), ``realistic`` for ``word-mlm`` (the cached default MLM,
-200 further steps, 2 fine-tuning epochs on up to 2,000 task documents per split) and
+150 further steps, 2 fine-tuning epochs on up to 2,000 task documents per split) and
 ``small`` for ``minilm`` (the largest run made on the shared 2-core machine; see
 ``docs/evaluate.md`` for its cost and result). The public text is sanitized with the
 same mechanism and ε as the task (the paper used ε = 12 for pretraining with BERT
@@ -63,7 +63,7 @@ class PretrainPreset:
 
     mlm_preset: str = "small"
     public_docs: int | None = None
-    extra_steps: int = 200
+    extra_steps: int = 150
     task_docs: int | None = 2000
     epochs: int = 2
     lr: float = 1e-4
