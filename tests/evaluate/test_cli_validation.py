@@ -39,7 +39,8 @@ def _run(args):
     (["--embeddings", "zz"], "--embeddings"),
     (["--max-attack-tokens", "0"], "--max-attack-tokens"),
     (["--epochs", "0"], "--epochs"),
-    (["--pretraining", "zz"], "--pretraining"),
+    (["--pretraining", "zz"], "pretraining"),
+    (["--workers", "0"], "--workers"),
 ])
 def test_evaluate_rejects_before_any_work(tmp_path, extra, needle):
     out = tmp_path / "rep"

@@ -20,18 +20,31 @@ def test_pretraining_comparison_tiny_preset_runs():
     assert np.isfinite(res["aware_mlm_final_loss"])
 
 
-def test_minilm_fine_tuning_on_a_slice_is_above_chance():
+def test_minilm_default_fine_tuning_learns_real_reviews():
+    """MiniLM at its default settings (mean pooling, lr 1e-4, auto epochs = 3 here) on 600
+    real Rotten Tomatoes reviews: train and held-out accuracy clearly above the majority
+    rate (the session-1 defaults learned only the majority class on this slice)."""
+    import torch
+
     from textdp.evaluate import SweepConfig, load_task
     from textdp.evaluate.utility import TransformerModel, score
 
-    train, test = load_task(SweepConfig(max_docs=600))
-    # 1 epoch at lr 5e-5, batch 32 (19 steps) only learns the majority class on 600 texts (measured);
-    # give it ~110 steps
-    m = TransformerModel("minilm", epochs=3, lr=1e-4, batch_size=16, max_len=64, seed=0).fit(train["text"].tolist(),
-                                                                                 train["label"].tolist())
-    acc = score(test["label"].tolist(), m.predict(test["text"].tolist()), "classification")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train, test = load_task(SweepConfig(max_docs=600))
+        test = test.head(400)
+        m = TransformerModel("minilm", seed=0).fit(train["text"].tolist(), train["label"].tolist())
+        acc = score(test["label"].tolist(), m.predict(test["text"].tolist()), "classification")
+        acc_train = score(train["label"].tolist(), m.predict(train["text"].tolist()), "classification")
+    finally:
+        torch.set_num_threads(n)
+    assert m.clf.pooling == "mean" and m.epochs_used == 3
     majority = test["label"].value_counts(normalize=True).max()
-    assert acc > majority + 0.03
+    assert acc > majority + 0.08, (acc, majority)
+    assert acc_train > train["label"].value_counts(normalize=True).max() + 0.08, acc_train
+    # both classes are predicted (not a constant classifier)
+    assert len(set(m.predict(test["text"].tolist()))) == 2
 
 
 def test_default_small_mlm_beats_frequency_on_clean_reviews(tmp_path):

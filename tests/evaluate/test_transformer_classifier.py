@@ -110,3 +110,31 @@ def test_epochs_rule_and_row_fields():
     assert make_model("minilm", epochs=None, pooling="mean", seed=1).pooling == "mean"
     with pytest.raises(ParameterError):
         TransformerModel(pooling="max")
+
+
+def test_cli_sweep_with_a_local_transformer_folder_reports_its_training(tmp_path):
+    """The transformer path end to end through `textdp evaluate --model FOLDER` (a tiny
+    local BERT folder stands in for MiniLM): rows carry epochs / training CPU time, the
+    HTML report says the model was fine-tuned and shows the majority rate."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+
+    folder = tmp_path / "tiny"
+    tiny_classifier(["fresh", "rotten"], rng=np.random.default_rng(0), hidden=16, layers=1, heads=2,
+                    intermediate=32).save(folder)
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(app, ["evaluate", "--model", str(folder), "--mechanisms", "santext", "--epsilons", "3",
+                                 "--max-docs", "40", "--attacks", "none", "--epochs", "2", "-o", str(out),
+                                 "--seed", "0", "--quiet", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["results"]
+    assert [x["mechanism"] for x in rows] == ["none", "santext"]
+    for x in rows:
+        assert x["epochs"] == 2 and x["pooling"] == "cls" and x["train_cpu_seconds"] > 0
+        assert 0 <= x["utility_sanitized"] <= 1 and 0.5 <= x["majority_rate"] <= 1
+    html = (out / "report.html").read_text("utf-8")
+    assert "fine-tuned: cls pooling, 2 epoch(s)" in html and "majority-class rate" in html
+    assert html.count("<tr>") == len(rows) + 1

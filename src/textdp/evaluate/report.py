@@ -89,9 +89,29 @@ def _fmt(v) -> str:
     return html.escape(str(v))
 
 
-_TABLE_COLS = ["mechanism", "epsilon", "utility_sanitized", "utility_clean", "bayes_top1", "bayes_top5",
+_TABLE_COLS = ["mechanism", "epsilon", "utility_sanitized", "utility_clean", "majority_rate", "epochs",
+               "train_cpu_seconds", "bayes_top1", "bayes_top5",
                "bayes_prior_top1", "mask_success", "mask_defence", "share_changed", "N_w_median", "S_w_mean",
                "seconds"]
+
+
+def _model_note(df: pd.DataFrame, cfg) -> str:
+    """`` (fine-tuned …)`` for transformer rows: pooling, epochs, training CPU time; the
+    majority-class rate of the test split (the accuracy of always guessing one class)."""
+    parts = []
+    if "pooling" in df and df["pooling"].notna().any():
+        parts.append(f"{html.escape(str(df['pooling'].dropna().iloc[0]))} pooling")
+    if "epochs" in df and df["epochs"].notna().any():
+        parts.append(f"{int(df['epochs'].dropna().max())} epoch(s)")
+    if "train_cpu_seconds" in df and df["train_cpu_seconds"].notna().any():
+        parts.append(f"{df['train_cpu_seconds'].dropna().mean():.0f} CPU s of fine-tuning per cell")
+    opts = {k: v for k, v in (cfg.model_options or {}).items() if not callable(v)}
+    if opts:
+        parts.append(html.escape(json.dumps(opts, default=str)))
+    note = f" (fine-tuned: {', '.join(parts)})" if parts else ""
+    if "majority_rate" in df and df["majority_rate"].notna().any():
+        note += f"; majority-class rate of the test split {df['majority_rate'].dropna().iloc[0]:.3f},"
+    return note
 
 
 def render_html(df: pd.DataFrame, cards: dict, cfg, images: dict[str, Path]) -> str:
@@ -120,6 +140,7 @@ def render_html(df: pd.DataFrame, cards: dict, cfg, images: dict[str, Path]) -> 
                if c.get("seed") else "")
             + "</div>")
     cfg_d = {k: v for k, v in asdict(cfg).items() if k != "model_options"}
+    model_note = _model_note(df, cfg)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>textdp evaluate: {html.escape(cfg.dataset)}</title>
 <style>
@@ -130,7 +151,7 @@ th{{background:#f3f3f3}} figure{{display:inline-block;margin:8px}} img{{max-widt
 code{{background:#f5f5f5}}
 </style></head><body>
 <h1>Privacy–utility report: {html.escape(cfg.dataset)}</h1>
-<p>Model <code>{html.escape(str(cfg.model))}</code> trained on sanitized train text; utility on sanitized test text
+<p>Model <code>{html.escape(str(cfg.model))}</code>{model_note} trained on sanitized train text; utility on sanitized test text
 (the SanText protocol) and on clean test text. Privacy on the sanitized test split: the <b>Bayes-optimal
 mechanism-aware inversion</b> argmax<sub>x</sub> p(y|x)·π(x) with a {html.escape(str(cfg.prior))} prior (headline;
 top-1 and top-5 success; for FBDD the likelihood is approximated by the noise density), the <b>mask-token

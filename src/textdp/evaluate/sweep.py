@@ -25,7 +25,7 @@ import json
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +36,7 @@ from textdp.errors import InputError, OutputError, ParameterError
 __all__ = ["SweepConfig", "SweepResult", "run_sweep", "load_task", "CLEAN"]
 
 CLEAN = "none"  # mechanism name of the clean-text baseline row
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: transformer defaults (mean pooling, lr 1e-4, auto epochs)
 
 
 @dataclass
@@ -247,13 +247,17 @@ def _write_json(path: Path, obj) -> None:
 
 def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = False,
               progress: Callable[[str, int, int], None] | None = None,
-              stage: Callable[[str], None] | None = None) -> SweepResult:
+              stage: Callable[[str], None] | None = None, workers: int = 1) -> SweepResult:
     """Run the sweep and write its report into folder ``output`` (see the module docstring).
 
     ``progress(label, done, total)`` is called after each cell; ``stage(text)`` with
-    what is being done. Refuses an ``output`` that already holds a finished report
-    unless ``overwrite`` (cached cells are reused either way; delete
-    ``OUTPUT/cache`` to recompute). Raises ParameterError / InputError / OutputError.
+    what is being done. ``workers > 1`` runs the cells that are not cached in that many
+    worker processes (spawned; one BLAS/torch thread each; the default attack MLM is
+    trained or loaded once before they start); results are identical to
+    ``workers=1`` because every cell draws from its own seed. Refuses an ``output``
+    that already holds a finished report unless ``overwrite`` (cached cells are
+    reused either way; delete ``OUTPUT/cache`` to recompute). Raises ParameterError /
+    InputError / OutputError.
     """
     from textdp.evaluate.report import write_report
 
@@ -271,26 +275,78 @@ def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = Fals
     cache.mkdir(parents=True, exist_ok=True)
     _write_json(cache / "config.json", asdict(cfg) | {"model_options": {k: v for k, v in cfg.model_options.items()
                                                                           if not callable(v)}})
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ParameterError(f"workers must be a whole number >= 1, got {workers!r}")
     cells = [(CLEAN, None)] + [(m, e) for m in cfg.mechanisms for e in cfg.epsilons]
-    rows, cards, resumed = [], {}, 0
+    keys = ["clean" if m == CLEAN else f"{m}-eps{e:g}" for m, e in cells]
+    recs: dict = {}
     state: dict = {}
-    for n, (mech_name, eps) in enumerate(cells):
-        key = "clean" if mech_name == CLEAN else f"{mech_name}-eps{eps:g}"
+    for key in keys:
         path = cache / f"{key}.json"
         if path.exists():
-            rec = json.loads(path.read_text("utf-8"))
-            resumed += 1
-        else:
-            rec = _run_cell(cfg, mech_name, eps, key, train, test, cache, state, say)
-            _write_json(path, rec)
-        rows.append(rec["row"])
-        cards[key] = rec.get("card", {})
+            recs[key] = json.loads(path.read_text("utf-8"))
+    resumed = len(recs)
+    todo = [(m, e, k) for (m, e), k in zip(cells, keys) if k not in recs]
+    done = 0
+
+    def finish(key: str, rec: dict) -> None:
+        nonlocal done
+        _write_json(cache / f"{key}.json", rec)
+        recs[key] = rec
+        done += 1
         if progress:
-            progress(key, n + 1, len(cells))
+            progress(key, resumed + done, len(cells))
+
+    if progress and resumed:
+        progress("cache", resumed, len(cells))
+    if workers > 1 and len(todo) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        if "mask" in cfg.attacks:
+            _mlm(cfg, state, say)  # train (and cache) the default MLM once, not in every worker
+        wcfg = replace(cfg, model_options={k: v for k, v in cfg.model_options.items() if not callable(v)})
+        # slowest cells first (FBDD samples its noise per token), the cheap clean baseline last
+        todo.sort(key=lambda c: (c[0] == CLEAN, c[0] != "fbdd"))
+        n_w = min(int(workers), len(todo))
+        say(f"{len(todo)} cells on {n_w} workers")
+        with ProcessPoolExecutor(max_workers=n_w, mp_context=mp.get_context("spawn"),
+                                 initializer=_worker_init) as ex:
+            futs = {ex.submit(_cell_job, wcfg, m, e, k, train, test, str(cache)): k for m, e, k in todo}
+            for f in as_completed(futs):
+                finish(futs[f], f.result())
+                say(f"{resumed + done}/{len(cells)} cells done")
+    else:
+        for m, e, k in todo:
+            finish(k, _run_cell(cfg, m, e, k, train, test, cache, state, say))
+    rows = [recs[k]["row"] for k in keys]
+    cards = {k: recs[k].get("card", {}) for k in keys}
     df = pd.DataFrame(rows)
     say("writing the report")
     paths = write_report(df, cards, cfg, out)
     return SweepResult(df, cards, paths, cfg, time.perf_counter() - t0, resumed)
+
+
+def _worker_init() -> None:
+    """Sweep worker: one BLAS / OpenMP / torch thread (the workers share the cores)."""
+    import os
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    except ImportError:  # pragma: no cover - ships with scikit-learn
+        pass
+
+
+def _cell_job(cfg, mech_name, eps, key, train, test, cache: str) -> dict:
+    """One cell in a worker process (see :func:`run_sweep`)."""
+    import sys
+
+    if "torch" in sys.modules:  # pragma: no cover - spawned workers import torch lazily
+        sys.modules["torch"].set_num_threads(1)
+    return _run_cell(cfg, mech_name, eps, key, train, test, Path(cache), {}, lambda s: None)
 
 
 def _mlm(cfg: SweepConfig, state: dict, say):
@@ -321,7 +377,8 @@ def _run_cell(cfg, mech_name, eps, key, train, test, cache: Path, state: dict, s
 
     t0 = time.perf_counter()
     tr_texts, te_texts = train["text"].tolist(), test["text"].tolist()
-    row: dict = {"mechanism": mech_name, "epsilon": eps, "dataset": cfg.dataset, "model": cfg.model}
+    row: dict = {"mechanism": mech_name, "epsilon": eps, "dataset": cfg.dataset, "model": cfg.model,
+                 "majority_rate": float(test["label"].astype(str).value_counts(normalize=True).max())}
     card: dict = {}
     seed = _cell_seed(cfg.seed, key)
     attack_rng = np.random.default_rng(seed if seed is not None else 0)  # token subsample only

@@ -354,16 +354,16 @@ def load_classifier(name: str | os.PathLike | None, labels: Sequence[str], *, nu
     when the model cannot be loaded (offline without a local copy),
     ParameterError for an unknown pooling and MissingPackageError for MiniLM.
     """
+    if len(labels) < 2:
+        raise InputError(f"a classifier needs at least 2 labels, got {len(labels)}")
+    if pooling not in POOLINGS:
+        raise ParameterError(f"unknown pooling {pooling!r}; use {', '.join(POOLINGS)}")
+    path, local = resolve_model_path(name)  # offline check first: no transformers import for a bad name
     try:
         from transformers import AutoConfig, AutoModelForSequenceClassification
     except ImportError:
         raise MissingPackageError("classifiers need transformers; run: pip install 'textdp[nlp]'") from None
     _quiet_transformers()
-    if len(labels) < 2:
-        raise InputError(f"a classifier needs at least 2 labels, got {len(labels)}")
-    if pooling not in POOLINGS:
-        raise ParameterError(f"unknown pooling {pooling!r}; use {', '.join(POOLINGS)}")
-    path, local = resolve_model_path(name)
     try:
         cfg = AutoConfig.from_pretrained(path, local_files_only=True)
         if pooling == "auto":
