@@ -230,3 +230,60 @@ def test_resolve_errors(tmp_path, monkeypatch):
     with pytest.raises(InputError, match="cannot load a causal language model"):
         load_generator(str(tmp_path / "empty"))
     assert resolve_generator(str(tmp_path / "empty")) == tmp_path / "empty"
+
+
+def _cli_wired() -> bool:
+    """Whether pipeline.py / cli/attack.py route --generator to this module (the wiring edit)."""
+    import inspect
+
+    from textdp.attacks.inversion import pipeline
+    from textdp.cli import attack
+
+    return "gpt2_generator" in inspect.getsource(pipeline) and "gpt2_generator" in inspect.getsource(attack)
+
+
+needs_wiring = pytest.mark.skipif(not _cli_wired(), reason="--generator PATH|gpt2 is not wired into pipeline.py / "
+                                  "cli/attack.py yet (see docs/attacks.md)")
+
+
+@needs_wiring
+def test_cli_generator_gpt2_not_cached(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    r = CliRunner().invoke(app, ["attack", "invert", "--preset", "tiny", "--generator", "gpt2",
+                                 "--output", str(tmp_path / "out"), "-q"])
+    assert r.exit_code == 2, r.output
+    assert "not in the local Hugging Face cache" in r.output and "--generator PATH" in r.output
+    assert not (tmp_path / "out").exists()
+
+
+@needs_wiring
+def test_cli_end_to_end_with_local_gpt2(gpt2_dir, textdp_cache, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+
+    # the session cache of the inversion tests: the tiny target and fluency scorer are trained once per session
+    monkeypatch.setenv("TEXTDP_CACHE", str(textdp_cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "res"
+    r = CliRunner().invoke(app, ["attack", "invert", "--dataset", "rotten-tomatoes", "--preset", "tiny",
+                                 "--method", "tr,vtg", "--generator", str(gpt2_dir), "--templates", "2",
+                                 "--seed", "3", "--seeds", "1", "--output", str(out), "-q", "--json"])
+    assert r.exit_code == 0, r.output
+    js = json.loads(r.stdout)
+    assert {row["method"] for row in js["summary"]} == {"tr", "vtg", "tr-vtg"}
+    card = json.loads((out / "report.json").read_text())
+    assert card["generator"]["alignment"] == "bpe_to_wordpiece (policy first)"
+    assert card["generator"]["model_type"] == "gpt2"
+    import pandas as pd
+
+    inv = pd.read_csv(out / "inverted.csv", keep_default_na=False)
+    assert len(inv) == 2 * 2 * 2  # 2 methods x 2 labels x 2 templates
+    assert all(str(t).startswith(tpl) for t, tpl in zip(inv["text"], inv["template"]))
