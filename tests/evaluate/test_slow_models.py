@@ -62,3 +62,20 @@ def test_default_small_mlm_beats_frequency_on_clean_reviews(tmp_path):
                   ).most_common(1)[0][0]
     base = np.mean([docs[i][j] == top for i, j in pos])
     assert acc > base + 0.02, (acc, base)
+
+
+def test_sweep_with_two_workers_equals_the_serial_sweep(tmp_path):
+    """Cells in spawned worker processes give exactly the serial results (per-cell seeds)."""
+    import pandas as pd
+
+    from textdp.evaluate import SweepConfig, run_sweep
+
+    cfg = SweepConfig("rotten-tomatoes", ["santext", "fbdd"], [2.0, 8.0], max_docs=120, attacks=["bayes"], seed=3,
+                      max_attack_tokens=500, deniability_words=10)
+    seen = []
+    par = run_sweep(cfg, tmp_path / "par", workers=2, progress=lambda k, d, t: seen.append((d, t)))
+    ser = run_sweep(cfg, tmp_path / "ser")
+    assert sorted(seen) == [(i, 5) for i in range(1, 6)]
+    drop = ["seconds"]
+    pd.testing.assert_frame_equal(par.rows.drop(columns=drop), ser.rows.drop(columns=drop))
+    assert (tmp_path / "par" / "report.html").exists()
