@@ -44,7 +44,7 @@ def main(argv=None) -> int:
                                  scorer_epochs=2, n_templates=25, gen_length_cap=16)
     from textdp.cli._common import progress
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with progress() as bar:
         def prog(desc, total):
             task = bar.add_task(desc, total=total)
@@ -74,7 +74,12 @@ def main(argv=None) -> int:
     print(f"evaluator (TF-IDF + LR): private acc {e['private_acc']:.3f}, held-out acc {e['heldout_acc']:.3f}")
     k = c["kendall_public_vs_private"]
     print("Kendall top-k public vs private: " + ", ".join(f"{n} distance {v['distance']:.3f}" for n, v in k.items()))
-    print("attack seconds per seed (mean): " + ", ".join(f"{m.upper()} {s:.1f}" for m, s in c["attack_seconds"].items()))
+    print("attack seconds per seed (mean, wall): " + ", ".join(f"{m.upper()} {s:.1f}" for m, s in c["attack_seconds"].items()))
+    cpu = c.get("attack_cpu_seconds", {})
+    print("attack CPU seconds per seed (mean, process_time over all threads): "
+          + ", ".join(f"{m.upper()} {s:.1f}" for m, s in cpu.items()))
+    print(f"attack part per seed, all methods: {sum(c['attack_seconds'].values()):.1f} s wall, "
+          f"{sum(cpu.values()):.1f} s CPU (goal: < 300 s wall on 2 cores)")
     print()
     print(summary_markdown(rep.summary))
     s = rep.summary[rep.summary["defence"] == "none"].set_index("method")
@@ -84,7 +89,7 @@ def main(argv=None) -> int:
                   f"RR private-only {_ratio(s.loc['tr', 'rr_private_only'], s.loc[other, 'rr_private_only'])}, "
                   f"Acc {_ratio(s.loc['tr', 'att_acc'], s.loc[other, 'att_acc'])}, attack time "
                   f"{c['attack_seconds']['tr'] / max(c['attack_seconds'][other], 1e-9):.1f}x")
-    print(f"total wall time {wall:.0f} s")
+    print(f"total wall time {wall:.0f} s, total CPU time {time.process_time() - c0:.0f} s")
     return 0
 
 

@@ -109,3 +109,50 @@ def test_bad_configs():
         PPLMConfig(gm_scale=1.5)
     with pytest.raises(ParameterError):
         PPLMConfig(horizon_length=2)
+
+
+def test_banned_tokens_never_emitted_and_alpha_zero_still_vtg(tiny_models):
+    clf, G, vocab = tiny_models
+    bridge = SharedBridge.build(vocab, clf)
+    prefix = _prefix(vocab, clf, ["a great film", "the plot is", "the movie is"])
+    seeds = [21, 22, 23]
+    cfg = PPLMConfig(stepsize=0.0, num_iterations=2, gen_length=12, top_k=len(vocab), temperature=3.0)
+    free = generate(G, None, None, prefix, None, cfg, seeds, perturb=False)
+    gen_part = free["ids"][:, prefix.shape[1]:]
+    # the flat tiny model emits [UNK] without the ban (so the ban below is tested on a real case)
+    assert bool((gen_part == vocab.unk).any())
+    ban = [vocab.bos, vocab.unk]
+    vtg = generate(G, None, None, prefix, None, cfg, seeds, perturb=False, banned=ban)
+    tr0 = generate(G, clf, bridge, prefix, 1, cfg, seeds, perturb=True, banned=ban)
+    assert torch.equal(vtg["ids"], tr0["ids"])
+    tr = generate(G, clf, bridge, prefix, 1, PPLMConfig(stepsize=0.5, gamma=1.0, num_iterations=2, gen_length=12,
+                                                         top_k=len(vocab), temperature=3.0), seeds, banned=ban)
+    for out in (vtg, tr):
+        body = out["ids"][:, prefix.shape[1]:]
+        assert not bool(((body == vocab.unk) | (body == vocab.bos)).any())
+
+
+def test_steering_raises_target_probability_of_the_label_on_hard_text(tiny_models):
+    """The perturbation moves the *sampled tokens*, not only the soft distribution:
+    averaged over rows, the target gives TR's hard texts a higher probability of the
+    steered label than the same-seed VTG texts."""
+    clf, G, vocab = tiny_models
+    bridge = SharedBridge.build(vocab, clf)
+    texts = ["a great film", "the plot is", "the movie is", "a warm and"]
+    rows = [t for t in texts for _ in range(4)]
+    lens = {}
+    for t in rows:
+        lens.setdefault(len(clf.token_ids([t])[0]), []).append(t)
+    probs = {"tr": [], "vtg": []}
+    for lab in (0, 1):
+        for group in lens.values():
+            prefix = _prefix(vocab, clf, group)
+            seeds = [100 * lab + i for i in range(len(group))]
+            kw = dict(gen_length=8, top_k=10, gamma=1.0, num_iterations=3, window_length=0)
+            tr = generate(G, clf, bridge, prefix, lab, PPLMConfig(stepsize=1.0, **kw), seeds, banned=[0, 2])
+            vt = generate(G, None, None, prefix, None, PPLMConfig(stepsize=1.0, **kw), seeds, perturb=False,
+                          banned=[0, 2])
+            for name, out in (("tr", tr), ("vtg", vt)):
+                hard = [vocab.decode(r) for r in out["ids"].tolist()]
+                probs[name].extend(clf.predict_proba(hard)[:, lab].tolist())
+    assert np.mean(probs["tr"]) > np.mean(probs["vtg"]) + 0.02

@@ -305,10 +305,17 @@ def train_causal_lm(
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
         step, losses = 0, []
+        lengths = (data >= 0).sum(1).numpy()
         for _ in range(epochs):
-            perm = torch.from_numpy(rng.permutation(n))
-            for b in range(steps_per_epoch):
-                batch = data[perm[b * batch_size:(b + 1) * batch_size]]
+            perm = rng.permutation(n)
+            # length bucketing: sort each chunk of 50 batches by length (less padding), then shuffle the batches
+            chunk = 50 * batch_size
+            perm = np.concatenate([c[np.argsort(lengths[c], kind="stable")]
+                                   for c in np.array_split(perm, max(1, math.ceil(n / chunk)))])
+            batches = [perm[b * batch_size:(b + 1) * batch_size] for b in range(steps_per_epoch)]
+            order = rng.permutation(len(batches))
+            for b in order:
+                batch = data[torch.from_numpy(batches[b])]
                 # trim to the longest row of the batch
                 L = int((batch >= 0).sum(1).max())
                 batch = batch[:, :L]

@@ -342,6 +342,8 @@ def generate_texts(method: str, *, clf, generator, vocab, templates: Sequence[st
     pcfg = cfg.pplm.__class__(**{**cfg.pplm.__dict__, "gen_length": gen_length})
     bridge = SharedBridge.build(vocab, clf) if method == "tr" else None
     tpl_ids = [[vocab.bos] + vocab.encode(clf.token_ids([t]))[0] for t in templates]
+    # never emit begin-of-text or [UNK] (same ban for TR and VTG)
+    banned = [b for b in (getattr(vocab, "bos", None), getattr(vocab, "unk", None)) if b is not None]
     jobs = [(a, t, s) for a in range(len(labels)) for t in range(len(templates)) for s in range(ns)]
     by_len: dict[int, list] = {}
     for job in jobs:
@@ -354,7 +356,7 @@ def generate_texts(method: str, *, clf, generator, vocab, templates: Sequence[st
             prefix = torch.tensor([tpl_ids[t] for _, t, _ in chunk], dtype=torch.long)
             seeds = [_row_seed(attack_key, t, a * ns + s) for a, t, s in chunk]
             res = generate(generator, clf if method == "tr" else None, bridge, prefix, [a for a, _, _ in chunk],
-                           pcfg, seeds, perturb=(method == "tr"), eos=vocab.eos)
+                           pcfg, seeds, perturb=(method == "tr"), eos=vocab.eos, banned=banned)
             for (a, t, s), ids in zip(chunk, res["ids"].tolist()):
                 out[(a, t, s)] = vocab.decode(ids)
             if on_text:
@@ -485,6 +487,7 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
     all_texts, mrows = [], []
     seed_modes = []
     timings: dict[str, list[float]] = {}
+    cpu_timings: dict[str, list[float]] = {}
     for seed in seeds:
         key = int(make_rng(seed).integers(0, 2**62))
         seed_modes.append(seed_mode(seed))
@@ -494,11 +497,12 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
                 if m == "vtg" and d != "none":
                     continue  # VTG never queries the target: identical under every defence
                 adv = progress(f"{m.upper()} seed={seed if seed is not None else 'secure'} target={d}", n_per)
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 df = generate_texts(m, clf=clf, generator=gen, vocab=vocab, templates=templates, labels=data.labels,
                                     cfg=cfg, attack_key=key, gen_length=gen_length, vmi_length=avg_len,
                                     template_label=tlabels, on_text=adv)
                 timings.setdefault(m, []).append(time.perf_counter() - t0)
+                cpu_timings.setdefault(m, []).append(time.process_time() - c0)
                 texts = list(df["text"])
                 inv = {l: list(df.loc[df["label"] == l, "text"]) for l in data.labels}
                 rr = recovery_rates(inv, private_by, public_vocab, cfg.matcher)
@@ -555,6 +559,8 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
         "kendall_public_vs_private": kendall, "methods": methods, "defence": defence,
         "seeds": [s if s is not None else "secure" for s in seeds], "seed_modes": seed_modes,
         "config": cfg.to_dict(), "attack_seconds": {m: round(float(np.mean(v)), 2) for m, v in timings.items()},
+        "attack_cpu_seconds": {m: round(float(np.mean(v)), 2) for m, v in cpu_timings.items()},
+        "torch_threads": torch.get_num_threads(),
         "total_seconds": round(time.perf_counter() - t_start, 1),
         "notes": [
             "RR fractions: rr_vocab = corpus coverage of the private filtered vocabulary (paper's reading), "

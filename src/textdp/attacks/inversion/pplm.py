@@ -144,13 +144,15 @@ def _classifier_loss(clf, bridge, probs, prefix_cls, label):
 
 def perturb_past(G: CausalLM, clf: TextClassifier, bridge: SharedBridge, past, last: torch.Tensor,
                  seq: torch.Tensor, label: torch.Tensor, cfg: PPLMConfig, p_unpert: torch.Tensor | None = None,
-                 active: torch.Tensor | None = None):
+                 active: torch.Tensor | None = None, banned: torch.Tensor | None = None):
     """One PPLM perturbation of the history (spec §3.2).
 
     ``past``: list of (K, V), each (B, H, T_h, D); ``last``: (B, 1) the current
     token; ``seq``: (B, T) all tokens so far (begin-of-text first); ``label``: (B,)
     int64 attacked class; ``p_unpert``: (B, V_g) unperturbed next-token
-    probabilities (only for the KL term); ``active``: (B,) bool rows to steer.
+    probabilities (only for the KL term); ``active``: (B,) bool rows to steer;
+    ``banned``: generator ids that can never be emitted (their logits are set to
+    -inf before the softmax, so they carry no mass in the expected embedding).
     Returns ``(deltas, losses)``: the list of (ΔK, ΔV) and the per-iteration
     classifier CE (num_iterations, B) measured *before* each update.
     """
@@ -164,7 +166,10 @@ def perturb_past(G: CausalLM, clf: TextClassifier, bridge: SharedBridge, past, l
         leaves = [(dk.requires_grad_(True), dv.requires_grad_(True)) for dk, dv in deltas]
         pp = [(k + dk, v + dv) for (k, v), (dk, dv) in zip(past, leaves)]
         logits, _, _ = G(last, past=pp)
-        probs = torch.softmax(logits[:, -1], dim=-1)
+        lg = logits[:, -1]
+        if banned is not None and banned.numel():
+            lg = lg.index_fill(-1, banned, float("-inf"))
+        probs = torch.softmax(lg, dim=-1)
         ce = _classifier_loss(clf, bridge, probs, prefix_cls, label)
         loss = (ce * w).sum()
         if cfg.kl_scale > 0 and p_unpert is not None:
@@ -196,14 +201,16 @@ def _sample(logq: torch.Tensor, gens: Sequence[torch.Generator], sample: bool) -
 
 def generate(G: CausalLM, clf: TextClassifier | None, bridge: SharedBridge | None, prefix: torch.Tensor,
              label: int | Sequence[int] | None, cfg: PPLMConfig, row_seeds: Sequence[int], *, perturb: bool = True,
-             eos: int = 1, on_token: Callable[[], None] | None = None) -> dict:
+             eos: int = 1, on_token: Callable[[], None] | None = None, banned: Sequence[int] = ()) -> dict:
     """Generate ``cfg.gen_length`` tokens after each row of ``prefix``.
 
     ``prefix``: (B, T0) int64 generator ids, equal lengths, begin-of-text first,
     ``T0 >= 2``. ``perturb=False`` (or ``clf is None``) is VTG; otherwise TR
     steering each row towards class ``label`` (an int, or one per row). ``row_seeds``: one int per row, seeding that
     row's ``torch.Generator`` for sampling. Rows that emit ``eos`` stop (padded
-    with ``eos``). Returns ``{"ids": (B, T0+n) int64, "ce_first": (B,) float,
+    with ``eos``). ``banned``: generator ids never emitted by TR nor VTG (the
+    pipeline bans ``[UNK]`` and begin-of-text: an ``[UNK]`` carries no word and
+    would only feed the target its ``[UNK]`` embedding). Returns ``{"ids": (B, T0+n) int64, "ce_first": (B,) float,
     "ce_last": (B,) float}`` where the CE values are the classifier losses at the
     first/last perturbation iteration averaged over steps (NaN for VTG).
     """
@@ -222,6 +229,7 @@ def generate(G: CausalLM, clf: TextClassifier | None, bridge: SharedBridge | Non
         lab = torch.as_tensor(list(label), dtype=torch.long)
         if lab.shape != (B,):
             raise ParameterError("label must be an int or one label per row")
+    ban = torch.as_tensor(sorted({int(b) for b in banned}), dtype=torch.long)
     with torch.no_grad():
         _, past_clean, _ = G(prefix[:, :-1])
     past_pert = past_clean
@@ -233,12 +241,13 @@ def generate(G: CausalLM, clf: TextClassifier | None, bridge: SharedBridge | Non
     for step in range(cfg.gen_length):
         with torch.no_grad():
             logits_u, new_clean, _ = G(last, past=past_clean)
-        logp_u = torch.log_softmax(logits_u[:, -1] / T, dim=-1)
+        lu = logits_u[:, -1] if not ban.numel() else logits_u[:, -1].index_fill(-1, ban, float("-inf"))
+        logp_u = torch.log_softmax(lu / T, dim=-1)
         if steer:
             if step < cfg.grad_length:
-                p_u = torch.softmax(logits_u[:, -1], dim=-1) if cfg.kl_scale > 0 else None
+                p_u = torch.softmax(lu, dim=-1) if cfg.kl_scale > 0 else None
                 with torch.enable_grad():
-                    deltas, ls = perturb_past(G, clf, bridge, past_pert, last, seq, lab, cfg, p_u, ~done)
+                    deltas, ls = perturb_past(G, clf, bridge, past_pert, last, seq, lab, cfg, p_u, ~done, ban)
                 if ls.numel():
                     first.append(ls[0])
                     final.append(ls[-1])
@@ -247,8 +256,11 @@ def generate(G: CausalLM, clf: TextClassifier | None, bridge: SharedBridge | Non
                 used = past_pert
             with torch.no_grad():
                 logits_p, new_pert, _ = G(last, past=used)
-            logp_p = torch.log_softmax(logits_p[:, -1] / T, dim=-1)
+            lp = logits_p[:, -1] if not ban.numel() else logits_p[:, -1].index_fill(-1, ban, float("-inf"))
+            logp_p = torch.log_softmax(lp / T, dim=-1)
             logq = logp_u + cfg.gm_scale * (logp_p - logp_u)
+            if ban.numel():  # -inf - -inf is NaN: banned ids stay impossible
+                logq = logq.index_fill(-1, ban, float("-inf"))
         else:
             new_pert = new_clean
             logq = logp_u
