@@ -29,7 +29,7 @@ def invert(
     seeds: int = typer.Option(3, "--seeds", help="Number of attack seeds (seed, seed+1, ...); results are mean ± std over them."),
     target: Optional[str] = typer.Option(None, "--target", help="Target encoder: minilm (default, offline), a local model folder, or an explicit hub name."),
     target_layers: Optional[int] = typer.Option(None, "--target-layers", help="Keep only the first k encoder layers of the target."),
-    generator: str = typer.Option("scratch", "--generator", help="Generator: 'scratch' (causal LM trained on the public split with the target's WordPiece vocabulary). PATH/gpt2 are not implemented yet."),
+    generator: str = typer.Option("scratch", "--generator", help="Generator: 'scratch' (causal LM trained on the public split with the target's WordPiece vocabulary), a local folder with a pretrained causal LM + tokenizer (e.g. GPT-2), or a hub name such as gpt2 already in the local Hugging Face cache (BPE->WordPiece alignment; nothing is downloaded)."),
     templates: Optional[int] = typer.Option(None, "--templates", help="Number of templates (texts per label per method)."),
     stepsize: Optional[float] = typer.Option(None, "--stepsize", help="TR step size alpha."),
     num_iterations: Optional[int] = typer.Option(None, "--num-iterations", help="TR gradient steps per generated token."),
@@ -61,13 +61,14 @@ def invert(
     if seeds < 1:
         raise ParameterError(f"--seeds must be >= 1, got {seeds}")
     if generator != "scratch":
-        raise ParameterError(f"--generator {generator!r}: only 'scratch' is implemented (a pretrained GPT-2 needs the "
-                             "BPE-to-WordPiece alignment, not written yet)")
+        from textdp.attacks.inversion.gpt2_generator import resolve_generator
+
+        resolve_generator(generator)  # offline check: a local folder, or a hub name already in the local HF cache
     long_texts = dataset.strip().lower() in ("drug-reviews", "20newsgroups", "reuters-r8", "bbc-news")
     cfg = preset_config(preset, long_texts=long_texts)
     over = dict(target_model=target, n_templates=templates, dp_epsilon=dp_epsilon, santext_epsilon=santext_epsilon,
                 pplm_stepsize=stepsize, pplm_num_iterations=num_iterations, pplm_window_length=window_length,
-                pplm_kl_scale=kl_scale, pplm_gm_scale=gm_scale, gen_length=gen_length)
+                pplm_kl_scale=kl_scale, pplm_gm_scale=gm_scale, gen_length=gen_length, generator=generator)
     if target_layers is not None:
         over["target_layers"] = target_layers
     if target is not None and target.lower() != "tiny" and cfg.target_model == "tiny":

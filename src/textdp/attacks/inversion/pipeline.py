@@ -248,9 +248,10 @@ def prepare_generator(data: InversionData, clf, cfg: InversionConfig, *, seed_of
         CausalLMConfig, SharedVocab, config_key, load_causal_lm, save_causal_lm, train_causal_lm,
     )
 
-    if cfg.generator != "scratch":
-        raise ParameterError("only the from-scratch shared-vocabulary generator is implemented "
-                             "(--generator scratch); see docs/attacks.md")
+    if cfg.generator != "scratch" and seed_offset == 0:  # pretrained BPE generator; the scorer stays from scratch
+        from textdp.attacks.inversion.gpt2_generator import prepare_pretrained_generator
+
+        return prepare_pretrained_generator(clf, cfg.generator, progress=progress)
     tokens = clf.vocab_tokens
     key = {"kind": "generator", "data": data.fingerprint(), "vocab": config_key(tokens), "d": cfg.gen_d_model,
            "L": cfg.gen_layers, "H": cfg.gen_heads, "epochs": cfg.gen_epochs, "lr": cfg.gen_lr,
@@ -339,6 +340,12 @@ def generate_texts(method: str, *, clf, generator, vocab, templates: Sequence[st
             if on_text:
                 on_text(len(texts))
         return pd.DataFrame(rows)
+    if getattr(vocab, "kind", "shared") == "bpe":  # pretrained generator: textdp.attacks.inversion.gpt2_generator
+        from textdp.attacks.inversion.gpt2_generator import generate_texts_bpe
+
+        return generate_texts_bpe(method, clf=clf, generator=generator, vocab=vocab, templates=templates, labels=labels,
+                                  cfg=cfg, attack_key=attack_key, gen_length=gen_length, template_label=template_label,
+                                  on_text=on_text)
     pcfg = cfg.pplm.__class__(**{**cfg.pplm.__dict__, "gen_length": gen_length})
     bridge = SharedBridge.build(vocab, clf) if method == "tr" else None
     tpl_ids = [[vocab.bos] + vocab.encode(clf.token_ids([t]))[0] for t in templates]
@@ -456,7 +463,7 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
             + (f", epsilon {tinfo[d]['epsilon_spent']:.2f}" if d == "dpsgd" else ""))
     base = targets["none"]
     gen, vocab, ginfo = prepare_generator(data, base, cfg, progress=progress)
-    scorer, _, sinfo = prepare_generator(data, base, cfg, seed_offset=cfg.scorer_seed_offset, progress=progress,
+    scorer, svocab, sinfo = prepare_generator(data, base, cfg, seed_offset=cfg.scorer_seed_offset, progress=progress,
                                          desc="fluency scorer", epochs=cfg.scorer_epochs)
     evaluator, einfo = _evaluator(data)
     log(f"evaluator: private acc {einfo['private_acc']:.3f}, held-out acc {einfo['heldout_acc']:.3f}")
@@ -518,12 +525,12 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
                         gt[rows_l[k_inv]] = private_by[l][k_priv]
                 from textdp.models.causal_lm import sequence_nll
 
-                enc = vocab.encode(base.token_ids(texts))
-                nll, cnt = sequence_nll(scorer, enc, bos=vocab.bos, eos=vocab.eos)
+                enc = svocab.encode(base.token_ids(texts))
+                nll, cnt = sequence_nll(scorer, enc, bos=svocab.bos, eos=svocab.eos)
                 # class-based correction: an out-of-vocabulary token costs log p([UNK]) - log(#OOV types),
                 # so text made of tokens the scorer never saw is not scored as fluent
-                n_oov_types = max(1, len(base.vocab_tokens) - len(vocab))
-                n_unk = sum(sum(1 for g in row if g == vocab.unk) for row in enc)
+                n_oov_types = max(1, len(base.vocab_tokens) - len(svocab))
+                n_unk = sum(sum(1 for g in row if g == svocab.unk) for row in enc)
                 ppl = float(np.exp((nll.sum() + n_unk * np.log(n_oov_types)) / max(cnt.sum(), 1)))
                 df = df.assign(defence=d, method=m, seed=seed if seed is not None else -1,
                                evaluator_pred=list(ev), target_pred=[data.labels[i] for i in tp.argmax(1)],
