@@ -123,7 +123,8 @@ def _word_encoders(preset: PretrainPreset, corpus: str, pub_texts, al, mseed: in
                                                             ("sanitization_aware", aware))}
     # fine-tuning cannot use more positions than the MLM learned (16 for the small preset)
     return paths, {"aware": aware.info["losses"], "control": control.info["losses"],
-                   "max_len": min(preset.max_len, int(plain.model.config.max_position_embeddings))}
+                   "max_len": min(preset.max_len, int(plain.model.config.max_position_embeddings)),
+                   "pooling": "cls"}
 
 
 def _minilm_encoders(preset: PretrainPreset, al, mseed: int, say, tmp: Path, base: str) -> tuple[dict, dict]:
@@ -139,7 +140,9 @@ def _minilm_encoders(preset: PretrainPreset, al, mseed: int, say, tmp: Path, bas
     control.train(al.original, preset=ep, seed=mseed + 1)
     paths = {"plain": base, "control": str(control.save(tmp / "control")),
              "sanitization_aware": str(aware.save(tmp / "sanitization_aware"))}
-    return paths, {"aware": aware.info["losses"], "control": control.info["losses"]}
+    # one pooling for all three: the continued folders lack the sentence-transformers files, so
+    # "auto" would give them [CLS] pooling and the shipped MiniLM mean pooling
+    return paths, {"aware": aware.info["losses"], "control": control.info["losses"], "pooling": "mean"}
 
 
 def compare_pretraining(dataset: str = "rotten-tomatoes", mechanism: str = "santext", epsilon: float = 3.0,
@@ -203,14 +206,15 @@ def compare_pretraining(dataset: str = "rotten-tomatoes", mechanism: str = "sant
         for name in ("plain", "control", "sanitization_aware"):
             say(f"fine-tuning the {name} encoder on sanitized {dataset}")
             model = TransformerModel(paths[name], epochs=preset.epochs, lr=preset.lr, batch_size=preset.batch_size,
-                                     max_len=losses.get("max_len", preset.max_len), seed=mseed)
+                                     max_len=losses.get("max_len", preset.max_len), seed=mseed,
+                                     pooling=losses["pooling"])
             model.fit(s_tr, train["label"].tolist())
             scores[name] = score(test["label"].tolist(), model.predict(s_te), "classification")
     majority = float(test["label"].value_counts(normalize=True).max())
     return {
         "dataset": dataset, "public_corpus": corpus, "public_docs": len(pub_texts), "mechanism": mechanism,
         "epsilon": float(epsilon), "encoder": encoder, "preset": pname, "extra_steps": preset.extra_steps,
-        "fine_tune_max_len": losses.get("max_len", preset.max_len),
+        "fine_tune_max_len": losses.get("max_len", preset.max_len), "pooling": losses["pooling"],
         "public_tokens_changed": changed, "task_train_docs": len(tr), "task_test_docs": len(te),
         "majority_class": majority,
         "plain": scores["plain"], "control": scores["control"], "sanitization_aware": scores["sanitization_aware"],
