@@ -20,6 +20,27 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.3f}" if b > 1e-9 else "n/a (denominator 0)"
 
 
+def _combine(paths) -> int:
+    import pandas as pd
+
+    from textdp.attacks.inversion.pipeline import _summarise, summary_markdown
+
+    m = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+    print(f"combined {len(paths)} runs: seeds {sorted(set(m['seed']))}")
+    print(summary_markdown(_summarise(m)))
+    s = m.groupby("method")
+    print("attack seconds per seed (mean): wall " + ", ".join(f"{k.upper()} {v:.0f}" for k, v in s["seconds"].mean().items())
+          + "; CPU " + ", ".join(f"{k.upper()} {v:.0f}" for k, v in s["attack_cpu_seconds"].mean().items()))
+    g = _summarise(m).set_index(["defence", "method"])
+    for other in ("vtg", "vmi"):
+        if ("none", "tr") in g.index and ("none", other) in g.index:
+            t, o = g.loc[("none", "tr")], g.loc[("none", other)]
+            print(f"ratio TR/{other.upper()}: RR vocab {_ratio(t['rr_vocab'], o['rr_vocab'])}, RR matched "
+                  f"{_ratio(t['rr_match'], o['rr_match'])}, RR private-only {_ratio(t['rr_private_only'], o['rr_private_only'])}, "
+                  f"Acc {_ratio(t['att_acc'], o['att_acc'])}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -29,7 +50,14 @@ def main(argv=None) -> int:
     ap.add_argument("--defence", default="none", choices=["none", "dpsgd", "santext"])
     ap.add_argument("--dataset", default="rotten-tomatoes")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    ap.add_argument("--seed-start", type=int, default=0, help="first attack seed (seeds are seed-start, +1, ...)")
+    ap.add_argument("--metrics-out", default=None, help="also write the per-seed metrics table (CSV) here")
+    ap.add_argument("--combine", nargs="+", default=None, metavar="CSV",
+                    help="only print mean ± std over the per-seed metrics CSVs of runs made with --metrics-out "
+                         "(e.g. one process per seed on a busy machine)")
     a = ap.parse_args(argv)
+    if a.combine:
+        return _combine(a.combine)
 
     import torch
 
@@ -50,8 +78,9 @@ def main(argv=None) -> int:
             task = bar.add_task(desc, total=total)
             return lambda n=1: bar.advance(task, n)
 
-        rep = run_inversion(a.dataset, preset=cfg, seeds=list(range(a.seeds)), defence=a.defence, progress=prog,
-                            log=lambda s: bar.console.print("  " + s, highlight=False))
+        rep = run_inversion(a.dataset, preset=cfg, seeds=list(range(a.seed_start, a.seed_start + a.seeds)),
+                            defence=a.defence, progress=prog,
+                            log=lambda s: bar.console.print("  " + s, highlight=False, markup=False))
     wall = time.perf_counter() - t0
     c = rep.card
     print(f"textdp attack invert benchmark: TR vs VTG vs VMI, preset cpu{' --quick' if a.quick else ''}, "
@@ -82,6 +111,9 @@ def main(argv=None) -> int:
           f"{sum(cpu.values()):.1f} s CPU (goal: < 300 s wall on 2 cores)")
     print()
     print(summary_markdown(rep.summary))
+    if a.metrics_out:
+        rep.metrics.assign(attack_cpu_seconds=[c["attack_cpu_seconds"].get(m, float("nan"))
+                                               for m in rep.metrics["method"]]).to_csv(a.metrics_out, index=False)
     s = rep.summary[rep.summary["defence"] == "none"].set_index("method")
     for other in ("vtg", "vmi"):
         if "tr" in s.index and other in s.index:
