@@ -166,6 +166,24 @@ def test_converted_and_adapter_match_hf_logits_with_history(gpt2_dir):
             torch.testing.assert_close(torch.cat([l1, l2], 1), ref, atol=1e-5, rtol=1e-5)
 
 
+def test_models_from_hf_gpt2_loads_a_local_checkpoint(gpt2_dir, tmp_path):
+    """The lower-level loader (models.causal_lm.from_hf_gpt2) shares the conversion: c_attn.bias
+    is a parameter, not a mask buffer, and must be loaded; a missing folder is one clear error."""
+    from transformers import GPT2LMHeadModel
+
+    from textdp.errors import InputError
+    from textdp.models.causal_lm import from_hf_gpt2
+
+    model, tok = from_hf_gpt2(str(gpt2_dir))
+    hf = GPT2LMHeadModel.from_pretrained(str(gpt2_dir), local_files_only=True).eval()
+    assert torch.equal(model.state_dict()["h.0.attn.c_attn.bias"], hf.transformer.h[0].attn.c_attn.bias)
+    ids = torch.tensor([tok.encode("a great film")])
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids)[0], hf(ids).logits, atol=1e-5, rtol=1e-5)
+    with pytest.raises(InputError, match="never downloads"):
+        from_hf_gpt2(str(tmp_path / "no-such-folder"))
+
+
 @pytest.mark.parametrize("adapter", [False, True])
 def test_gradient_reaches_past_through_alignment(loaded, gpt2_dir, adapter):
     from textdp.attacks.inversion.pplm import PPLMConfig, perturb_past

@@ -43,7 +43,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "CausalLMConfig", "CausalLM", "SharedVocab", "Past", "train_causal_lm", "sequence_nll", "perplexity",
-    "cache_root", "config_key", "torch_seed", "from_hf_gpt2", "save_causal_lm", "load_causal_lm",
+    "cache_root", "config_key", "torch_seed", "from_hf_gpt2", "causal_lm_from_hf_gpt2", "save_causal_lm", "load_causal_lm",
 ]
 
 Past = list  # list[tuple[Tensor, Tensor]], one (K, V) per layer, each (B, n_heads, T, d_head)
@@ -408,39 +408,48 @@ def load_causal_lm(folder: Path) -> tuple[CausalLM, dict]:
     return model, meta
 
 
-def from_hf_gpt2(name_or_path: str) -> tuple[CausalLM, object]:
-    """Load a Hugging Face GPT-2 checkpoint into a :class:`CausalLM` (+ its tokenizer).
+def causal_lm_from_hf_gpt2(hf) -> CausalLM:
+    """A :class:`CausalLM` holding the weights of a loaded Hugging Face ``GPT2LMHeadModel``.
 
-    ``name_or_path``: a local folder (read with ``local_files_only=True``) or, when
-    the user explicitly asks for it, a hub name such as ``gpt2``. Raises
-    InputError when it cannot be loaded (offline: pass a local folder).
+    GPT-2's ``Conv1D`` weights ``[in, out]`` are transposed to ``Linear`` ``[out, in]``;
+    the causal-mask buffers (``h.N.attn.bias`` / ``masked_bias``, not the ``c_attn.bias``
+    parameters) are skipped. Raises InputError when the state dict does not map 1:1.
+    """
+    c = hf.config
+    model = CausalLM(CausalLMConfig(vocab_size=c.vocab_size, d_model=c.n_embd, n_layers=c.n_layer,
+                                    n_heads=c.n_head, max_len=c.n_positions, dropout=0.0))
+    dst = {}
+    for k, v in hf.transformer.state_dict().items():
+        if k.endswith((".attn.bias", ".attn.masked_bias")):  # causal-mask buffers (not c_attn.bias)
+            continue
+        if k.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
+            v = v.T  # Conv1D [in, out] -> Linear [out, in]
+        dst[k] = v.contiguous()
+    missing, unexpected = model.load_state_dict(dst, strict=False)
+    if missing or unexpected:
+        raise InputError(f"not a GPT-2 checkpoint (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model
+
+
+def from_hf_gpt2(name_or_path: str) -> tuple[CausalLM, object]:
+    """Load a Hugging Face GPT-2 checkpoint into a :class:`CausalLM` (+ its tokenizer), offline.
+
+    ``name_or_path``: a local folder, or a hub name already in the local Hugging Face
+    cache (nothing is downloaded). Raises InputError when it cannot be loaded.
+    The attack's ``--generator PATH|gpt2`` goes through
+    :func:`textdp.attacks.inversion.gpt2_generator.load_generator`, which uses the same conversion.
     """
     try:
         from transformers import AutoTokenizer, GPT2LMHeadModel
     except ImportError:
         raise MissingPackageError("loading GPT-2 needs transformers; run: pip install 'textdp[nlp]'") from None
-    local = Path(name_or_path).is_dir()
     try:
-        hf = GPT2LMHeadModel.from_pretrained(name_or_path, local_files_only=local)
-        tok = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local)
-    except Exception as exc:  # noqa: BLE001 - HF raises OSError/ValueError/HTTP errors
+        hf = GPT2LMHeadModel.from_pretrained(name_or_path, local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - HF raises OSError/ValueError
         raise InputError(
-            f"cannot load GPT-2 generator {name_or_path!r} ({type(exc).__name__}); without internet pass a local "
-            "folder holding config.json, model weights, vocab.json and merges.txt") from None
-    c = hf.config
-    cfg = CausalLMConfig(vocab_size=c.vocab_size, d_model=c.n_embd, n_layers=c.n_layer, n_heads=c.n_head,
-                         max_len=c.n_positions, dropout=0.0)
-    model = CausalLM(cfg)
-    src = hf.transformer.state_dict()
-    dst = {}
-    for k, v in src.items():
-        if k.endswith("attn.bias") or k.endswith("attn.masked_bias"):
-            continue
-        if any(k.endswith(s) for s in ("c_attn.weight", "c_proj.weight", "c_fc.weight")):
-            v = v.T  # Conv1D [in, out] -> Linear [out, in]
-        dst[k] = v.contiguous()
-    missing, unexpected = model.load_state_dict(dst, strict=False)
-    if missing or unexpected:
-        raise InputError(f"{name_or_path!r} is not a GPT-2 checkpoint (missing {missing[:3]}, unexpected {unexpected[:3]})")
+            f"cannot load GPT-2 generator {name_or_path!r} ({type(exc).__name__}); textdp never downloads models: "
+            "pass a local folder holding config.json, model weights, vocab.json and merges.txt") from None
+    model = causal_lm_from_hf_gpt2(hf)
     model.eval()
     return model, tok

@@ -168,22 +168,9 @@ def _gpt2_convertible(c) -> bool:
 
 def _gpt2_to_causal_lm(hf):
     """A :class:`CausalLM` with the weights of a Hugging Face ``GPT2LMHeadModel``."""
-    from textdp.models.causal_lm import CausalLM, CausalLMConfig
+    from textdp.models.causal_lm import causal_lm_from_hf_gpt2
 
-    c = hf.config
-    model = CausalLM(CausalLMConfig(vocab_size=c.vocab_size, d_model=c.n_embd, n_layers=c.n_layer,
-                                    n_heads=c.n_head, max_len=c.n_positions, dropout=0.0))
-    dst = {}
-    for k, v in hf.transformer.state_dict().items():
-        if k.endswith((".attn.bias", ".attn.masked_bias")):  # causal-mask buffers (not c_attn.bias)
-            continue
-        if k.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
-            v = v.T  # Conv1D [in, out] -> Linear [out, in]
-        dst[k] = v.contiguous()
-    missing, unexpected = model.load_state_dict(dst, strict=False)
-    if missing or unexpected:
-        raise InputError(f"not a GPT-2 checkpoint (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    return model
+    return causal_lm_from_hf_gpt2(hf)
 
 
 def load_generator(name_or_path: str | os.PathLike, *, convert_gpt2: bool = True):
