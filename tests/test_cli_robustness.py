@@ -231,3 +231,13 @@ def test_help_and_version_still_exit_zero():
         r = subprocess.run([sys.executable, "-m", "textdp.cli.main", *args], capture_output=True, text=True,
                            timeout=120)
         assert r.returncode == 0 and r.stdout.strip(), (args, r.stderr)
+
+
+def test_a_closed_pipe_is_not_a_traceback():
+    """`textdp --help | head -1`: the reader leaves early; no traceback, no AttributeError."""
+    p = subprocess.Popen([sys.executable, "-m", "textdp.cli.main", "sanitize", "--help"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "80"})
+    p.stdout.read(1)
+    p.stdout.close()
+    _, err = p.communicate(timeout=120)
+    assert b"Traceback" not in err and b"Error" not in err, err.decode(errors="replace")

@@ -68,6 +68,7 @@ def _usage_error_line(exc) -> str:
 
 def main() -> None:
     """Entry point: runs the app; usage errors are one line on stderr with exit code 2."""
+    import os
     import signal
     import sys
 
@@ -75,6 +76,9 @@ def main() -> None:
         from typer._click import exceptions as cx
     except ImportError:  # pragma: no cover - depends on the installed typer
         from click import exceptions as cx
+    usage_error = getattr(cx, "UsageError", ())
+    click_error = getattr(cx, "ClickException", ())
+    abort = tuple(c for c in (getattr(typer, "Abort", None), getattr(cx, "Abort", None)) if c is not None)
 
     try:  # SIGTERM (timeout, kill) cleans up like Ctrl-C: atomic writers remove temp files
         signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
@@ -82,16 +86,23 @@ def main() -> None:
         pass
     try:
         rv = app(standalone_mode=False)
-    except cx.UsageError as exc:
+    except BrokenPipeError:  # e.g. `textdp --help | head -1`: the reader left; exit quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
+        except OSError:
+            pass
+        sys.exit(141)
+    except usage_error as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare group: show its help, as click does
             exc.show()
             sys.exit(exc.exit_code)
         sys.stderr.write(_usage_error_line(exc) + "\n")
         sys.exit(2)
-    except cx.ClickException as exc:
+    except click_error as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except cx.Abort:
+    except abort:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
     sys.exit(rv if isinstance(rv, int) else 0)
