@@ -246,6 +246,7 @@ def test_entry_point_handles_closed_pipes_and_aborts(monkeypatch, raised, code):
 
     monkeypatch.setattr(m, "app", fake_app)
     monkeypatch.setattr(os, "dup2", lambda *a: None)  # keep pytest's stdout
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # leave pytest's SIGTERM handler alone
     with pytest.raises(SystemExit) as e:
         m.main()
     assert e.value.code == code
