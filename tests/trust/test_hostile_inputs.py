@@ -156,3 +156,44 @@ def test_sanitize_cli_on_bad_files_exits_2_without_partial_output(tmp_path, smal
     assert "Traceback" not in r.output and "error:" in r.output
     assert "SECRET-PAYLOAD-" + "z" * 41 not in r.output
     assert list(out_dir.iterdir()) == []  # no output, no card, no temporary file left behind
+
+
+# session 2: found by a fresh-user tester -----------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_csv_row_longer_than_header_is_an_error_not_a_shift(tmp_path, stream):
+    from textdp.data.io import iter_table_chunks, read_table
+
+    f = tmp_path / "rag.csv"
+    f.write_text("id,text\n1,the movie,extra,cols\n2,fine\n")
+    with pytest.raises(InputError, match="more fields than the header"):
+        list(iter_table_chunks(f, chunksize=1)) if stream else read_table(f)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_nul_byte_in_a_csv_text_column_is_refused(tmp_path, stream):
+    from textdp.data.io import iter_table_chunks, read_table
+
+    f = tmp_path / "nul.csv"
+    f.write_bytes(b"id,text\n1,the movie\x00 was good\n")
+    with pytest.raises(InputError, match="NUL byte"):
+        list(iter_table_chunks(f)) if stream else read_table(f)
+
+
+def test_utf16_gets_the_utf16_hint(tmp_path):
+    from textdp.data.io import read_table
+
+    f = tmp_path / "u16.csv"
+    f.write_bytes("id,text\n1,a good film\n".encode("utf-16"))
+    with pytest.raises(InputError, match="iconv -f utf-16"):
+        read_table(f)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_jsonl_numbers_keep_their_text_and_nulls_are_empty(tmp_path, stream):
+    from textdp.data.io import iter_table_chunks, read_table
+
+    f = tmp_path / "num.jsonl"
+    f.write_text('{"text":123}\n{"text":null}\n{"text":"ok film"}\n')
+    df, col = next(iter_table_chunks(f)) if stream else read_table(f)
+    assert df[col].tolist() == ["123", "", "ok film"]

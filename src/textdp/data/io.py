@@ -119,11 +119,19 @@ def _find_bad_line(path: Path, encoding: str = "utf-8") -> tuple[int, str] | Non
 
 
 def _decode_error(path: Path, encoding: str) -> InputError:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        head = b""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # a UTF-16 byte-order mark
+        return InputError(f"{path.name}: the file is UTF-16 (it starts with a UTF-16 byte-order mark); re-encode "
+                          "it as UTF-8 (e.g. iconv -f utf-16 -t utf-8 IN > OUT)")
     bad = _find_bad_line(path, encoding)
     where = f" on line {bad[0]}" if bad else ""
     return InputError(
         f"{path.name}: bytes that are not valid {encoding}{where}; re-encode the file as UTF-8 "
-        f"(e.g. iconv -f latin1 -t utf-8 IN > OUT)"
+        f"(e.g. iconv -f latin1 -t utf-8 IN > OUT if it is Latin-1)"
     )
 
 
@@ -156,6 +164,10 @@ def _finish(df: pd.DataFrame, path: Path, text_column: str | None) -> tuple[pd.D
             raise InputError(f"{path.name}: column {col!r} holds nested values (lists/objects/bytes), not text; "
                              "pass the right --text-column or flatten the file")
     df[col] = df[col].fillna("").astype(str)
+    nul = df[col].str.contains("\x00", regex=False)
+    if nul.any():
+        raise InputError(f"{path.name}: NUL byte in column {col!r} (row {int(nul.to_numpy().argmax()) + 1} of this "
+                         "chunk); it looks like a binary file, not text")
     return df, col
 
 
@@ -202,15 +214,17 @@ def read_table(
         if fmt == "txt":
             df = _read_txt(p, encoding)
         elif fmt in ("csv", "tsv"):
-            df = pd.read_csv(
-                p,
-                sep="," if fmt == "csv" else "\t",
-                dtype=str,
-                keep_default_na=False,
-                encoding=encoding if encoding.lower() not in ("utf-8", "utf8") else "utf-8-sig",
-                quoting=csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE,
-                engine="c",
-            )
+            with _long_rows_are_errors():
+                df = pd.read_csv(
+                    p,
+                    sep="," if fmt == "csv" else "\t",
+                    dtype=str,
+                    keep_default_na=False,
+                    encoding=encoding if encoding.lower() not in ("utf-8", "utf8") else "utf-8-sig",
+                    quoting=csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE,
+                    engine="c",
+                    index_col=False,
+                )
         elif fmt == "jsonl":
             df = _read_jsonl(p, encoding)
         else:  # parquet
@@ -228,6 +242,25 @@ def read_table(
             raise
         raise InputError(f"{p.name}: cannot read as {fmt} ({type(exc).__name__}: {excerpt(str(exc), 100)})") from None
     return _finish(df, p, text_column)
+
+
+@contextlib.contextmanager
+def _long_rows_are_errors():
+    """A CSV/TSV row with more fields than the header is an error, not a silent shift.
+
+    pandas would use the extra leading fields as the index (``index_col=None``) or drop
+    the trailing ones with a ParserWarning (``index_col=False``, used here); this turns
+    that warning into ``pd.errors.ParserError``, reported as malformed input.
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.ParserWarning)
+        try:
+            yield
+        except pd.errors.ParserWarning:
+            raise pd.errors.ParserError(
+                "a row has more fields than the header; quote text that contains the separator") from None
 
 
 def _read_jsonl(path: Path, encoding: str, nrows: int | None = None, start: int = 0) -> pd.DataFrame:
@@ -257,7 +290,7 @@ def _read_jsonl(path: Path, encoding: str, nrows: int | None = None, start: int 
             if not isinstance(obj, dict):
                 raise InputError(f"{path.name}: line {i} is JSON but not an object; each line must be a JSON object")
             rows.append(obj)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, dtype=object)  # object: 123 stays 123 (not 123.0 next to a null)
 
 
 def iter_table_chunks(
@@ -298,8 +331,13 @@ def iter_table_chunks(
                 encoding="utf-8-sig" if encoding.lower() in ("utf-8", "utf8") else encoding,
                 quoting=csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE,
                 chunksize=chunksize,
+                index_col=False,
             )
-            for df in reader:
+            while True:
+                with _long_rows_are_errors():
+                    df = next(reader, None)
+                if df is None:
+                    break
                 df, col = _finish(df, p, col)
                 n += len(df)
                 yield df, col
@@ -349,13 +387,13 @@ def _iter_lines_chunks(p: Path, fmt: str, col: str | None, chunksize: int, encod
                     raise InputError(f"{p.name}: line {i} is JSON but not an object")
                 buf.append(obj)
             if len(buf) >= chunksize:
-                df = pd.DataFrame({"text": buf}) if fmt == "txt" else pd.DataFrame(buf)
+                df = pd.DataFrame({"text": buf}) if fmt == "txt" else pd.DataFrame(buf, dtype=object)
                 df, col = _finish(df, p, col)
                 n += len(df)
                 yield df, col
                 buf = []
     if buf:
-        df = pd.DataFrame({"text": buf}) if fmt == "txt" else pd.DataFrame(buf)
+        df = pd.DataFrame({"text": buf}) if fmt == "txt" else pd.DataFrame(buf, dtype=object)
         df, col = _finish(df, p, col)
         n += len(df)
         yield df, col
