@@ -137,11 +137,16 @@ def test_sanitize_reserves_its_budget_before_working(tmp_path, data, monkeypatch
     seen = {}
 
     def run_with_parallel_attempt(*a, **k):
-        other = Ledger(str(data), led)
-        seen["open_during_run"] = len(other.open_reservations())
-        with pytest.raises(BudgetExceededError):
-            other.record(MetricDP(epsilon=3.0), command="parallel")
-        return real_run(*a, **k)
+        real_reserve = a[-1]
+
+        def reserve_then_parallel_attempt():  # the run reserves after reading its input ...
+            real_reserve()
+            other = Ledger(str(data), led)
+            seen["open_during_run"] = len(other.open_reservations())
+            with pytest.raises(BudgetExceededError):  # ... and a parallel release is refused meanwhile
+                other.record(MetricDP(epsilon=3.0), command="parallel")
+
+        return real_run(*a[:-1], reserve_then_parallel_attempt, **k)
 
     monkeypatch.setattr(san_mod, "_run", run_with_parallel_attempt)
     out = tmp_path / "o.txt"
@@ -162,7 +167,8 @@ def test_a_failed_run_cancels_its_reservation(tmp_path, data, monkeypatch):
     import textdp.cli.sanitize as san_mod
 
     def boom(*a, **k):
-        raise KeyboardInterrupt
+        a[-1]()  # the budget is reserved once the input is read ...
+        raise KeyboardInterrupt  # ... then the run is interrupted
 
     monkeypatch.setattr(san_mod, "_run", boom)
     out = tmp_path / "o.txt"
@@ -230,3 +236,17 @@ def test_deleting_the_last_line_is_detected(tmp_path, data):
     assert r.exit_code == 2 and "head" in r.output
     led.path.unlink()  # deleting the whole ledger leaves the head behind
     assert not Ledger(str(data), d).verify()
+
+
+def test_bad_input_creates_no_ledger_entry(tmp_path):
+    """The input is read and validated before the budget is reserved: a refused input leaves
+    the ledger untouched (no reservation/cancel pair, no new ledger file)."""
+    emb = _tiny_emb(tmp_path)
+    led = tmp_path / "ledgers"
+    for name, content in (("empty.txt", b""), ("bin.txt", b"\x00\x01\x02 abc\n"), ("latin.txt", "café\n".encode("latin-1"))):
+        f = tmp_path / name
+        f.write_bytes(content)
+        r = CliRunner().invoke(_app(), ["sanitize", str(f), "--embeddings", str(emb), "--ledger-dir", str(led),
+                                        "--seed", "1", "-q", "--epsilon", "3", "-o", str(tmp_path / ("o-" + name))])
+        assert r.exit_code == 2, (name, r.output)
+    assert not led.exists() or not list(led.glob("*.jsonl"))

@@ -139,18 +139,29 @@ def sanitize_command(
         check_card_path(out, overwrite=overwrite)
         # the mechanism's guarantee is data-independent: known before anything is read
         mech = make_mechanism(mech_name, embeddings, epsilon, **kwargs)
-        led = reservation = None
-        if not no_ledger:  # reserve the budget before any work (issue 8): refused -> nothing is done
+        led = None
+        reservation: list = []
+        if not no_ledger:
             from textdp.accounting.ledger import Ledger
 
             led = Ledger(input, ledger_dir)
-            reservation = led.reserve(mech.guarantee, command=f"sanitize --mechanism {mech_name}", force=force)
+            if not force:  # a refusal known now costs no reading at all
+                led.check(mech.guarantee)
     except BaseException:
         _remove_dirs(created)
         raise
+
+    def reserve_budget():
+        """Called once the input has been read and validated, before anything is sampled or
+        written (issue 8): the budget is reserved under the ledger lock; refused -> nothing written."""
+        if led is not None:
+            reservation.append(led.reserve(mech.guarantee, command=f"sanitize --mechanism {mech_name}",
+                                           force=force))
+
     try:
         stats, card_file, mech = _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_size,
-                                      quiet, load_dataset, io, privacy_statistics, build_card, write_card)
+                                      quiet, load_dataset, io, privacy_statistics, build_card, write_card,
+                                      reserve_budget)
         if led is not None:  # the release closes the reservation (with its card) once the card is written
             import json as _json
 
@@ -159,14 +170,14 @@ def sanitize_command(
             try:
                 led.record(mech.guarantee, card=_json.loads(Path(card_file).read_text(encoding="utf-8")),
                            input_path=None if builtin else input, command=f"sanitize --mechanism {mech_name}",
-                           force=force, reservation=reservation)
+                           force=force, reservation=reservation[0])
             except BudgetExceededError:
                 for f in (out, Path(card_file)):
                     f.unlink(missing_ok=True)
                 raise
     except BaseException:
-        if led is not None:
-            led.cancel(reservation)
+        if led is not None and reservation:
+            led.cancel(reservation[0])
         _remove_dirs(created)
         raise
     total_s = time.perf_counter() - t0
@@ -197,7 +208,7 @@ def sanitize_command(
 
 
 def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_size,
-         quiet, load_dataset, io, privacy_statistics, build_card, write_card):
+         quiet, load_dataset, io, privacy_statistics, build_card, write_card, reserve_budget=lambda: None):
     from textdp.cli._common import progress as make_progress
     from textdp.errors import InputError
 
@@ -241,6 +252,7 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
         if mech._fitted is None or mech._fitted.tokens == 0:
             raise InputError("the input has no words to sanitize (all documents are empty)")
         total_tokens = mech._fitted.tokens
+        reserve_budget()  # the input is read and valid: reserve before sampling or writing anything
         bar.update(task, description="counting the vocabulary", total=n_docs, completed=n_docs)
         san = bar.add_task(f"sanitizing ({mech.name}, eps={epsilon:g})", total=total_tokens)
         stats = None
