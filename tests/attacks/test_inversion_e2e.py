@@ -34,6 +34,9 @@ def test_tiny_preset_end_to_end(cache, tmp_path):
     tr = rep.texts[rep.texts["method"] == "tr"]
     assert all(t.startswith(tpl) for t, tpl in zip(tr["text"], tr["template"]))
     assert rep.card["targets"]["none"]["train_acc"] >= 0.0 and "heldout_acc" in rep.card["targets"]["none"]
+    t = rep.card["targets"]["none"]  # whether the target learned is recorded (a no-learn target is flagged)
+    assert 0.5 <= t["majority_rate"] <= 1.0
+    assert t["learned"] == (t["train_acc"] > t["majority_rate"] + 0.05)
     assert rep.card["evaluator"]["private_acc"] > 0.9
     assert 0 <= rep.card["kendall_public_vs_private"]["top10"]["distance"] <= 1
     out = write_report(rep, tmp_path / "res")

@@ -46,8 +46,15 @@ def invert(
     """Run Text Revealer (TR) and the VTG / VMI baselines against a classifier
     fine-tuned on private data; write inverted texts, metrics (mean ± std over
     seeds), example pairs and a plot."""
+    import warnings
+
     from textdp.attacks.inversion import METHODS, preset_config, run_inversion, summary_markdown, write_report
     from textdp.errors import ParameterError
+
+    # library chatter (torch/Opacus/transformers UserWarnings) is not for the user's terminal; what matters
+    # (e.g. that DP-SGD noise comes from torch's generator seeded by textdp's CSPRNG, not Opacus' secure
+    # mode) is stated in docs/attacks.md and in the report
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"(torch|opacus|transformers)(\.|$)")
 
     if output is None:
         raise ParameterError("--output DIR is required (the result folder)")

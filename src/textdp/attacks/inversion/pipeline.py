@@ -461,6 +461,12 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
         targets[d], tinfo[d] = prepare_target(data, cfg, d, progress)
         log(f"target[{d}]: train acc {tinfo[d]['train_acc']:.3f}, held-out acc {tinfo[d]['heldout_acc']:.3f}"
             + (f", epsilon {tinfo[d]['epsilon_spent']:.2f}" if d == "dpsgd" else ""))
+        majority = float(data.private["label"].value_counts(normalize=True).max())
+        tinfo[d]["majority_rate"] = majority
+        tinfo[d]["learned"] = bool(tinfo[d]["train_acc"] > majority + TARGET_LEARNED_MARGIN)
+        if not tinfo[d]["learned"]:
+            log(f"WARNING: target[{d}] did not learn (train acc {tinfo[d]['train_acc']:.3f} vs majority rate "
+                f"{majority:.3f}): attack results against it say nothing about memorisation")
     base = targets["none"]
     gen, vocab, ginfo = prepare_generator(data, base, cfg, progress=progress)
     scorer, svocab, sinfo = prepare_generator(data, base, cfg, seed_offset=cfg.scorer_seed_offset, progress=progress,
@@ -495,7 +501,8 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
     seed_modes = []
     timings: dict[str, list[float]] = {}
     cpu_timings: dict[str, list[float]] = {}
-    for seed in seeds:
+    for run_i, seed in enumerate(seeds):
+        seed_label = seed if seed is not None else f"secure#{run_i + 1}"  # unseeded runs: CSPRNG, numbered
         key = int(make_rng(seed).integers(0, 2**62))
         seed_modes.append(seed_mode(seed))
         for d in defences:
@@ -503,7 +510,7 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
             for m in methods:
                 if m == "vtg" and d != "none":
                     continue  # VTG never queries the target: identical under every defence
-                adv = progress(f"{m.upper()} seed={seed if seed is not None else 'secure'} target={d}", n_per)
+                adv = progress(f"{m.upper()} seed={seed_label} target={d}", n_per)
                 t0, c0 = time.perf_counter(), time.process_time()
                 df = generate_texts(m, clf=clf, generator=gen, vocab=vocab, templates=templates, labels=data.labels,
                                     cfg=cfg, attack_key=key, gen_length=gen_length, vmi_length=avg_len,
@@ -544,8 +551,8 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
                               "rr_vocab_nonmember": rr_nm["rr_vocab"],
                               "rr_private_only_nonmember": rr_nm["rr_private_only"],
                               "seconds": round(timings[m][-1], 2)})
-                log(f"{m.upper()} target={d} seed={seed}: RR {rr['rr_vocab']:.3f}, "
-                    f"Acc {mrows[-1]['att_acc']:.3f}, PPL {ppl:.1f} ({timings[m][-1]:.0f}s)")
+                log(f"{m.upper()} target={d} seed={seed_label}: RR {rr['rr_vocab']:.3f}, "
+                    f"Acc {mrows[-1]['att_acc']:.3f}, PPL {ppl:.1f} ({timings[m][-1]:.1f}s)")
     metrics = pd.DataFrame(mrows)
     texts_df = pd.concat(all_texts, ignore_index=True)
     cols = ["defence", "method", "seed", "label", "label_for_acc", "template", "sample", "text", "target_pred",
@@ -621,6 +628,10 @@ def _plot(summary: pd.DataFrame, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+#: a target whose training accuracy is not this far above the majority rate "did not learn"
+TARGET_LEARNED_MARGIN = 0.05
 
 
 def write_report(report: InversionReport, output: str | os.PathLike, overwrite: bool = False,
