@@ -159,6 +159,12 @@ def test_cli_end_to_end_with_mask_attack(tmp_path, monkeypatch):
     assert 0 <= rows["santext"]["mask_success"] <= 1
     assert rows["santext"]["mask_defence"] == pytest.approx(1 - rows["santext"]["mask_success"])
     assert (out / "report.html").exists()
+    again = CliRunner().invoke(app, ["evaluate", "--mechanisms", "santext,fbdd", "--epsilons", "3", "--max-docs",
+                                     "80", "--mlm", str(mlm_dir), "--max-mask-positions", "300", "-o", str(out),
+                                     "--seed", "0", "--quiet", "--overwrite"], env={"COLUMNS": "80"})
+    assert again.exit_code == 0, again.output  # the terminal table: readable at 80 columns, nothing cut
+    assert "…" not in again.stdout and "santext" in again.stdout and "fbdd" in again.stdout
+    assert max(len(line) for line in again.stdout.splitlines()) <= 80
     bad = CliRunner().invoke(app, ["evaluate", "--mechanisms", "rot13", "-o", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "unknown mechanism" in bad.output
     bad = CliRunner().invoke(app, ["evaluate", "--dataset", "nope", "-o", str(tmp_path / "y")])

@@ -116,14 +116,16 @@ def evaluate_command(
         print_json({"output": str(output), "seconds": res.seconds, "resumed_cells": res.resumed_cells,
                     "results": df.to_dict("records")})
         return
-    cols = [c for c in ("mechanism", "epsilon", "utility_sanitized", "utility_clean", "majority_rate", "epochs",
-                        "train_cpu_seconds", "bayes_top1", "bayes_top5",
-                        "mask_success", "N_w_median", "S_w_mean") if c in df]
+    # the terminal table fits 80 columns; model details (epochs, training CPU time) are in results.csv/report
+    cols = [c for c in ("mechanism", "epsilon", "utility_sanitized", "utility_clean", "majority_rate",
+                        "bayes_top1", "bayes_top5", "mask_success", "N_w_median", "S_w_mean") if c in df]
     from rich.table import Table
 
-    t = Table(title=f"{dataset}: {cfg.model}, {len(df) - 1} cells + clean baseline")
-    for c in cols:
-        t.add_column(c, justify="right")
+    t = Table(title=f"{dataset}: {cfg.model}, {len(df) - 1} cells + clean baseline", box=None,
+              pad_edge=False, caption="util: accuracy (Pearson r for similarity data) on sanitized / clean test "
+              "text; bayes @k, mask succ.: attack success; full column names in results.csv")
+    for c in cols:  # two-line short headers: fits 80 columns, numbers never cut ("…")
+        t.add_column(_SHORT_HEADERS.get(c, c), justify="right", no_wrap=True, min_width=_MIN_WIDTH.get(c, 5))
     for r in df[cols].to_dict("records"):
         t.add_row(*["–" if v is None or v != v else (f"{v:.3f}" if isinstance(v, float) else str(v))
                     for v in r.values()])
@@ -131,6 +133,12 @@ def evaluate_command(
     if not quiet:
         err_console.print(f"report: {esc(str(Path(output) / 'report.html'))}  ({res.seconds:.1f} s"
                           + (f", {res.resumed_cells} cells from cache" if res.resumed_cells else "") + ")")
+
+
+_SHORT_HEADERS = {"epsilon": "ε", "utility_sanitized": "util\nsan", "utility_clean": "util\nclean",
+                  "majority_rate": "maj.\nrate", "bayes_top1": "bayes\n@1", "bayes_top5": "bayes\n@5",
+                  "mask_success": "mask\nsucc.", "N_w_median": "N_w\nmed", "S_w_mean": "S_w\nmean"}
+_MIN_WIDTH = {"mechanism": 9, "S_w_mean": 7}
 
 
 def register(app: typer.Typer) -> None:
