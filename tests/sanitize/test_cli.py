@@ -211,3 +211,12 @@ def test_poor_embedding_coverage_and_p_zero_are_warned(tmp_path):
                             "-o", str(tmp_path / "p3.txt"), "--mechanism", "santext+", "--p", "0.3", "--json"])
     card = json.loads(card_path(tmp_path / "p3.txt").read_text())
     assert not any(w.startswith("p = 0") for w in card["warnings"])
+
+
+def test_an_error_inside_the_progress_block_is_one_line(tmp_path):
+    src = tmp_path / "rag.csv"
+    src.write_text("id,text\n1,the movie,extra,cols\n")
+    r = runner.invoke(app, ["sanitize", str(src), "-e", "3", "--no-ledger", "-o", str(tmp_path / "o.csv")])
+    assert r.exit_code == 2
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "0/?" not in r.output, r.output

@@ -61,9 +61,19 @@ def handle_errors(func: Callable) -> Callable:
     return wrapper
 
 
+class _ErrorClearingProgress(Progress):
+    """A progress display that removes itself when the block fails, so an error is one line
+    (no half-drawn "0/?" bar above it)."""
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        if exc_type is not None:
+            self.live.transient = True
+        return super().__exit__(exc_type, exc_val, exc_tb)
+
+
 def progress(quiet: bool = False, transient: bool = False) -> Progress:
-    """A rich progress bar on stderr (disabled with ``quiet``)."""
-    return Progress(
+    """A rich progress bar on stderr (disabled with ``quiet``); it disappears when the block raises."""
+    return _ErrorClearingProgress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
