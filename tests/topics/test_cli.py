@@ -85,3 +85,9 @@ def test_single_word_vocabulary_exit_2(tmp_path):
     p.write_text("apple apple\napple\n", "utf-8")
     r = _run("topics", "train", p, "--k", 1, "--min-count", 1, "-o", tmp_path / "x", "--no-ledger")
     assert r.exit_code == 2 and "single word" in r.output
+
+
+def test_unknown_dataset_names_the_built_in_ones(tmp_path):
+    r = CliRunner().invoke(app, ["topics", "train", "nope-ds", "-q", "--no-ledger", "-o", str(tmp_path / "m")])
+    assert r.exit_code == 2 and "neither a file nor a built-in dataset" in r.output and "rotten-tomatoes" in r.output
+    assert not (tmp_path / "m").exists()

@@ -54,6 +54,11 @@ def _load_texts(input: str, split: str, text_column: Optional[str], limit: Optio
         return tr, te, ds.name
     from textdp.data.io import read_table
 
+    if not Path(input).exists():
+        from textdp.data.datasets import list_datasets
+        from textdp.errors import InputError
+
+        raise InputError(f"{input!r} is neither a file nor a built-in dataset ({', '.join(list_datasets())})")
     df, col = read_table(input, text_column=text_column)
     texts = df[col].tolist()
     if limit:
