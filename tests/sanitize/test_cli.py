@@ -220,3 +220,14 @@ def test_an_error_inside_the_progress_block_is_one_line(tmp_path):
     assert r.exit_code == 2
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "0/?" not in r.output, r.output
+
+
+def test_folders_as_input_or_output_get_the_right_message(tmp_path):
+    src = tmp_path / "d.txt"
+    src.write_text("good film\n")
+    (tmp_path / "adir").mkdir()
+    r = runner.invoke(app, ["sanitize", str(src), "-e", "1", "--no-ledger", "-o", str(tmp_path / "adir")])
+    assert r.exit_code == 2 and "is a folder; give a file name inside it" in r.output, r.output
+    r = runner.invoke(app, ["sanitize", str(tmp_path / "adir"), "-e", "1", "--no-ledger"])
+    assert r.exit_code == 2 and "is a folder, not a file" in r.output, r.output
+    assert list((tmp_path / "adir").iterdir()) == []

@@ -129,9 +129,17 @@ def sanitize_command(
     if not builtin and split != "all":
         raise ParameterError("--split applies only to built-in datasets")
     tag = mech_name if mech_name in ("santext", "fbdd") else "santext+"
+    if output is not None and not str(output).strip():
+        raise ParameterError("--output is empty; give a file name such as out.csv (its suffix sets the format)")
     out = Path(output) if output is not None else _default_output(input, builtin, tag)
     if not builtin:
+        if Path(input).is_dir():
+            raise InputError(f"{input!r} is a folder, not a file; give a CSV/TSV/JSONL/Parquet/text file")
         io.detect_format(input)
+    if out.is_dir():
+        from textdp.errors import OutputError
+
+        raise OutputError(f"--output {str(out)!r} is a folder; give a file name inside it, e.g. {str(out / 'out.csv')!r}")
     io.detect_format(out)
     created = _make_parents(out)
     try:
