@@ -103,6 +103,16 @@ def channel_for(mech, block: int = 1024, n_calibration: int = 1500,
     return ExponentialChannel(words, vec, words, vec, mech.epsilon, block=block, name=name, eta=eta)
 
 
+def _subset(n: int, limit: int | None, rng: np.random.Generator | None) -> np.ndarray | None:
+    """Sorted indices of a uniform random subset of ``limit`` of ``n`` items, or None when all
+    are kept (``limit`` None or ``n <= limit``). Evaluation sampling, not DP noise: without
+    ``rng`` a fixed PCG64 seed keeps reports reproducible."""
+    if limit is None or n <= limit:
+        return None
+    g = rng if rng is not None else np.random.default_rng(0)
+    return np.sort(g.choice(n, size=limit, replace=False))
+
+
 def bayes_attack(mech, aligned: AlignedTokens, prior="wordfreq", k: int = 5, max_tokens: int | None = 10000,
                  rng: np.random.Generator | None = None, channel: Channel | None = None) -> dict:
     """Run :class:`BayesInversion` on aligned tokens (a random subset of at most
@@ -112,9 +122,8 @@ def bayes_attack(mech, aligned: AlignedTokens, prior="wordfreq", k: int = 5, max
     orig, san = aligned.flat()
     if not orig:
         raise InputError("no aligned tokens to attack (is the sanitized split empty?)")
-    if max_tokens is not None and len(orig) > max_tokens:
-        g = rng if rng is not None else np.random.default_rng(0)
-        pick = np.sort(g.choice(len(orig), size=max_tokens, replace=False))
+    pick = _subset(len(orig), max_tokens, rng)
+    if pick is not None:
         orig = [orig[i] for i in pick]
         san = [san[i] for i in pick]
     atk = BayesInversion(ch, word_prior(ch.inputs, prior), k=k)
@@ -135,9 +144,8 @@ def mask_token_attack(mlm, aligned: AlignedTokens, max_positions: int | None = 5
     pos = [(i, j) for i, d in enumerate(aligned.sanitized) for j in range(len(d))]
     if not pos:
         raise InputError("no sanitized tokens to attack")
-    if max_positions is not None and len(pos) > max_positions:
-        g = rng if rng is not None else np.random.default_rng(0)
-        pick = np.sort(g.choice(len(pos), size=max_positions, replace=False))
+    pick = _subset(len(pos), max_positions, rng)
+    if pick is not None:
         pos = [pos[i] for i in pick]
     pred = mlm.predict_masked(aligned.sanitized, pos, k=1, batch_size=batch_size)
     hit = np.array([p[0] == aligned.original[i][j] if p else False for p, (i, j) in zip(pred, pos)])
