@@ -117,3 +117,18 @@ def test_default_mlm_is_cached_and_reused(tiny_default, monkeypatch):
     again = default_mlm("bbc-news", "tiny", root=root)
     assert again.info["losses"] == m.info["losses"]
     assert again.info["heldout"] == m.info["heldout"]
+
+
+def test_sweep_warns_when_the_default_mlm_does_not_beat_word_frequency(monkeypatch):
+    import textdp.models.mlm as mlm_mod
+    from textdp.evaluate.sweep import SweepConfig, _mlm
+
+    class Fake:
+        def __init__(self, top1, base):
+            self.info = {"heldout": {"top1": top1, "frequency_baseline": base}}
+
+    for fake, warned in ((Fake(0.059, 0.059), True), (Fake(0.141, 0.059), False)):
+        monkeypatch.setattr(mlm_mod, "default_mlm", lambda corpus, preset, _f=fake: _f)
+        said = []
+        assert _mlm(SweepConfig(dataset="rotten-tomatoes", mlm_preset="tiny"), {}, said.append) is fake
+        assert any(s.startswith("warning:") and "frequency baseline" in s for s in said) == warned, said

@@ -105,7 +105,10 @@ def evaluate_command(
         task = bar.add_task("cells", total=n_cells)
 
         def on_stage(s: str) -> None:
-            bar.update(task, description=s[:48])
+            if s.startswith("warning:"):  # warnings are printed, not hidden in the bar's description
+                bar.console.print(f"[yellow]warning:[/] {esc(s[len('warning:'):].strip())}", highlight=False)
+            else:
+                bar.update(task, description=s[:48])
 
         def on_cell(key: str, done: int, total: int) -> None:
             bar.update(task, completed=done)

@@ -360,6 +360,11 @@ def _mlm(cfg: SweepConfig, state: dict, say):
             corpus = public_corpus_for(cfg.dataset)
             say(f"masked LM: {cfg.mlm_preset} preset on {corpus} (trained once, then cached)")
             state["mlm"] = default_mlm(corpus, cfg.mlm_preset)
+            held = (getattr(state["mlm"], "info", None) or {}).get("heldout") or {}
+            if held and held.get("top1", 1.0) <= held.get("frequency_baseline", 0.0) + 0.01:
+                say(f"warning: the {cfg.mlm_preset} MLM does not beat the word-frequency baseline on held-out "
+                    f"text (top-1 {held['top1']:.3f} vs {held['frequency_baseline']:.3f}): its mask-token success "
+                    "is a weak lower bound; use --mlm-preset small or --mlm PATH")
     return state["mlm"]
 
 
