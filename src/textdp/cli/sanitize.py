@@ -171,12 +171,10 @@ def sanitize_command(
                                       quiet, load_dataset, io, privacy_statistics, build_card, write_card,
                                       reserve_budget)
         if led is not None:  # the release closes the reservation (with its card) once the card is written
-            import json as _json
-
             from textdp.errors import BudgetExceededError
 
             try:
-                led.record(mech.guarantee, card=_json.loads(Path(card_file).read_text(encoding="utf-8")),
+                led.record(mech.guarantee, card=json.loads(Path(card_file).read_text(encoding="utf-8")),
                            input_path=None if builtin else input, command=f"sanitize --mechanism {mech_name}",
                            force=force, reservation=reservation[0])
             except BudgetExceededError:
