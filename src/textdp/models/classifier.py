@@ -266,6 +266,46 @@ class TextClassifier(torch.nn.Module):
         """Class logits (B, C) float32 for hard token ids (B, T)."""
         return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
 
+    def pooled_features(self, texts: Sequence[str], max_len: int = 64, batch_size: int = 64) -> torch.Tensor:
+        """The representation the classification head reads, (N, d) float32, no gradient.
+
+        ``"mean"`` pooling: the attention-masked mean of the last hidden states;
+        ``"cls"``: the [CLS] state through the pretrained pooler (BERT's
+        ``pooler_output``). Eval mode (no dropout); rows in input order, batched by
+        length. Raises ParameterError for a model that is not BERT-type (its head
+        is not a single linear layer on such a vector).
+        """
+        base = getattr(self.model, "bert", None)
+        if base is None or not isinstance(getattr(self.model, "classifier", None), torch.nn.Linear):
+            raise ParameterError("head-only training needs a BERT-type classifier (a linear head on a pooled "
+                                 "vector); train at least one encoder layer instead")
+        texts = list(texts)
+        d = self.model.config.hidden_size
+        out = torch.zeros((len(texts), d), dtype=torch.float32)
+        if not texts:
+            return out
+        rows = self.encode_ids(texts, max_len)
+        order = np.argsort([len(r) for r in rows], kind="stable")
+        pad = self.tokenizer.pad_token_id or 0
+        mean = self.pooling == "mean"
+        was = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                for a in range(0, len(rows), batch_size):
+                    idx = order[a:a + batch_size]
+                    ids, mask = _pad([rows[i] for i in idx], pad)
+                    o = base(input_ids=ids, attention_mask=mask)
+                    if mean:
+                        m = mask.unsqueeze(-1).to(o.last_hidden_state.dtype)
+                        v = (o.last_hidden_state * m).sum(1) / m.sum(1).clamp(min=1.0)
+                    else:
+                        v = o.pooler_output
+                    out[torch.as_tensor(idx)] = v.float()
+        finally:
+            self.model.train(was)
+        return out.clone()
+
     def logits_from_embeds(self, word_embeds: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Class logits (B, C) for word-embedding rows (B, T, d); position/segment
         embeddings and LayerNorm are added by the model as for hard tokens."""
@@ -507,14 +547,28 @@ def fine_tune_dp(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *,
                  on_step: Callable[[int, int, float], None] | None = None) -> dict:
     """DP-SGD fine-tuning with Opacus (Abadi et al. 2016; Opacus BERT tutorial settings).
 
-    Only the last ``trainable_layers`` encoder layers, the pooler and the head are
-    trained (the rest is frozen, as in Opacus's BERT tutorial). Poisson sampling
-    with expected batch ``batch_size``, per-example clipping to ``max_grad_norm``,
-    Gaussian noise calibrated by ``make_private_with_epsilon`` to reach
-    ``(epsilon, delta)`` after ``epochs`` epochs; ``delta`` defaults to ``1/(10 N)``.
-    Guarantee: example-level (ε, δ)-DP of the training set (add/remove one example).
+    ``trainable_layers = k >= 1``: the last k encoder layers, the pooler and the
+    head are trained (the rest is frozen, as in Opacus's BERT tutorial).
+    ``trainable_layers = 0``: only the linear head is trained (DP linear probe), on
+    the frozen pooled representation (:meth:`TextClassifier.pooled_features`),
+    which is computed once per text and reused every epoch. Each feature vector
+    depends on its own text only, so the mechanism is the same DP-SGD on the
+    head's parameters (same sampling, clipping, noise and accountant) -- only far
+    cheaper; dropout is off. On small private sets this is the setting that
+    learns: on 2,049 Rotten Tomatoes reviews at ε = 8, one trainable MiniLM layer
+    stayed at the majority class, the head on mean-pooled features reached the
+    non-private target's held-out accuracy (docs/attacks.md).
+
+    Poisson sampling with expected batch ``batch_size``, per-example clipping to
+    ``max_grad_norm``, Gaussian noise calibrated by ``make_private_with_epsilon`` to
+    reach ``(epsilon, delta)`` after ``epochs`` epochs; ``delta`` defaults to
+    ``1/(10 N)``. Guarantee: example-level (ε, δ)-DP of the training set
+    (add/remove one example); the frozen encoder is public (pretrained).
     Returns ``{"epsilon_spent", "delta", "noise_multiplier", ...}`` where
     ``epsilon_spent`` is Opacus's RDP accountant's value (<= ``epsilon``).
+    Raises ParameterError for a bad ε, δ, ``trainable_layers < 0``, or
+    ``trainable_layers = 0`` on a classifier without a linear head on a pooled
+    vector; MissingPackageError without opacus.
     """
     try:
         from opacus import PrivacyEngine
@@ -527,37 +581,51 @@ def fine_tune_dp(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *,
     delta = delta if delta is not None else 1.0 / (10 * n)
     if not 0 < delta < 1:
         raise ParameterError(f"delta must be in (0, 1), got {delta}")
+    if isinstance(trainable_layers, bool) or int(trainable_layers) != trainable_layers or trainable_layers < 0:
+        raise ParameterError(f"trainable_layers must be a whole number >= 0, got {trainable_layers!r}")
     model = clf.model
     for p in model.parameters():
         p.requires_grad_(False)
     base = getattr(model, model.base_model_prefix)
     layers = base.encoder.layer
-    k = max(1, min(int(trainable_layers), len(layers)))
-    for mod in list(layers[-k:]) + [m for m in (getattr(base, "pooler", None), model.classifier) if m is not None]:
-        for p in mod.parameters():
-            p.requires_grad_(True)
-    ids, mask = clf.encode(list(texts), max_len)
-    ds = torch.utils.data.TensorDataset(ids, mask, torch.as_tensor(y, dtype=torch.long))
+    k = min(int(trainable_layers), len(layers))
+    yt = torch.as_tensor(y, dtype=torch.long)
+    if k == 0:  # DP linear probe: the head on frozen pooled features, computed once
+        feats = clf.pooled_features(list(texts), max_len)
+        train_mod = model.classifier
+        ds = torch.utils.data.TensorDataset(feats, yt)
+    else:
+        train_mod = model
+        for mod in list(layers[-k:]) + [m for m in (getattr(base, "pooler", None), model.classifier) if m is not None]:
+            for p in mod.parameters():
+                p.requires_grad_(True)
+        ids, mask = clf.encode(list(texts), max_len)
+        ds = torch.utils.data.TensorDataset(ids, mask, yt)
+    for p in model.classifier.parameters():
+        p.requires_grad_(True)
     gen = torch.Generator().manual_seed(torch_seed(rng))
     loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, generator=gen)
     model.train()
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    opt = torch.optim.AdamW([p for p in train_mod.parameters() if p.requires_grad], lr=lr)
     engine = PrivacyEngine(accountant="rdp")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed(rng))
         dp_model, dp_opt, dp_loader = engine.make_private_with_epsilon(
-            module=model, optimizer=opt, data_loader=loader, target_epsilon=float(epsilon), target_delta=delta,
+            module=train_mod, optimizer=opt, data_loader=loader, target_epsilon=float(epsilon), target_delta=delta,
             epochs=epochs, max_grad_norm=max_grad_norm, noise_generator=torch.Generator().manual_seed(torch_seed(rng)))
         total = epochs * len(dp_loader)
         step, losses = 0, []
         for _ in range(epochs):
-            for bi, bm, by in dp_loader:
+            for *xb, by in dp_loader:
                 dp_opt.zero_grad(set_to_none=True)
                 if len(by) == 0:  # Poisson sampling can draw an empty batch
                     dp_opt.step()
                     step += 1
                     continue
-                out = dp_model(input_ids=bi, attention_mask=bm).logits
+                if k == 0:
+                    out = dp_model(xb[0])
+                else:
+                    out = dp_model(input_ids=xb[0], attention_mask=xb[1]).logits
                 loss = F.cross_entropy(out, by)
                 loss.backward()
                 dp_opt.step()

@@ -189,7 +189,7 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
            "seed": cfg.model_seed, "defence": defence, "tiny": cfg.tiny_target if cfg.target_model == "tiny" else None}
     if defence == "dpsgd":
         key.update(dp=[cfg.dp_epsilon, cfg.dp_delta, cfg.dp_epochs, cfg.dp_lr, cfg.dp_batch, cfg.dp_max_grad_norm,
-                       cfg.dp_trainable_layers])
+                       cfg.dp_trainable_layers, cfg.dp_pooling])
     if defence == "santext":
         key.update(santext=[cfg.santext_epsilon, cfg.santext_embeddings])
     folder = _cache_dir("target", key)
@@ -201,18 +201,20 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
         return clf.freeze(), info
     rng = make_rng(cfg.model_seed + {"none": 0, "dpsgd": 1, "santext": 2}[defence])
     t0 = time.perf_counter()
+    pooling = cfg.dp_pooling if defence == "dpsgd" else "cls"
     if cfg.target_model == "tiny":
-        clf = tiny_classifier(data.labels, rng=rng, max_len=max(cfg.max_len, 64), **cfg.tiny_target)
+        clf = tiny_classifier(data.labels, rng=rng, max_len=max(cfg.max_len, 64),
+                              pooling="mean" if pooling == "auto" else pooling, **cfg.tiny_target)
     else:
-        clf = load_classifier(cfg.target_model, data.labels, num_layers=cfg.target_layers, rng=rng)
+        clf = load_classifier(cfg.target_model, data.labels, num_layers=cfg.target_layers, rng=rng, pooling=pooling)
     train_texts = list(data.private["text"])
-    info: dict = {"defence": defence, "model": clf.source, "layers": cfg.target_layers}
+    info: dict = {"defence": defence, "model": clf.source, "layers": cfg.target_layers, "pooling": clf.pooling}
     if defence == "santext":
         train_texts, sinfo = _santext(train_texts, cfg, rng)
         info.update(sinfo)
     epochs = cfg.dp_epochs if defence == "dpsgd" else cfg.target_epochs
     bs = cfg.dp_batch if defence == "dpsgd" else cfg.target_batch
-    adv = progress(f"target ({defence}) training", epochs * math.ceil(len(train_texts) / bs))
+    adv = progress(f"target ({defence}) training", epochs * math.ceil(len(train_texts) / bs))  # DP: expected steps
     cb = lambda s, tot, loss: adv(1)  # noqa: E731
     if defence == "dpsgd":
         info.update(fine_tune_dp(clf, train_texts, y_priv, epsilon=cfg.dp_epsilon, delta=cfg.dp_delta,
