@@ -589,7 +589,7 @@ def fine_tune_dp(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *,
     base = getattr(model, model.base_model_prefix)
     layers = base.encoder.layer
     k = min(int(trainable_layers), len(layers))
-    yt = torch.as_tensor(y, dtype=torch.long)
+    yt = torch.tensor(np.array(y, dtype=np.int64))  # a copy: pandas may hand over a read-only array
     if k == 0:  # DP linear probe: the head on frozen pooled features, computed once
         feats = clf.pooled_features(list(texts), max_len)
         train_mod = model.classifier
