@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from textdp.accounting import MetricDP
 from textdp.accounting.ledger import Ledger
-from textdp.errors import BudgetExceededError
+from textdp.errors import BudgetExceededError, InputError
 
 
 def _app():
@@ -250,3 +250,80 @@ def test_bad_input_creates_no_ledger_entry(tmp_path):
                                         "--seed", "1", "-q", "--epsilon", "3", "-o", str(tmp_path / ("o-" + name))])
         assert r.exit_code == 2, (name, r.output)
     assert not led.exists() or not list(led.glob("*.jsonl"))
+
+
+def _edit_spend(led):
+    """Rewrite the recorded epsilon of every release to 0.1 (the chain then breaks)."""
+    led.path.write_text(led.path.read_text().replace('"epsilon": 3.0', '"epsilon": 0.1'))
+
+
+def test_an_edited_ledger_refuses_every_write(tmp_path, data):
+    """A release never relies on an edited spend and never rewrites .head over the evidence."""
+    d = tmp_path / "ledgers"
+    led = Ledger(str(data), d)
+    led.set_budget(4.0)
+    led.record(MetricDP(epsilon=3.0))
+    _edit_spend(led)
+    assert not led.verify()
+    head = led.head_path.read_text()
+    for write in (lambda: led.record(MetricDP(epsilon=2.0)), lambda: led.reserve(MetricDP(epsilon=2.0)),
+                  lambda: led.set_budget(10.0), lambda: led.check(MetricDP(epsilon=2.0)),
+                  lambda: led.record(MetricDP(epsilon=2.0), force=True)):
+        with pytest.raises(InputError, match="hash-chain"):
+            write()
+    assert led.head_path.read_text() == head and not led.verify()
+
+
+def test_a_deleted_ledger_refuses_releases_and_keeps_its_head(tmp_path, data):
+    d = tmp_path / "ledgers"
+    led = Ledger(str(data), d)
+    led.set_budget(4.0)
+    led.record(MetricDP(epsilon=3.0))
+    head = led.head_path.read_text()
+    led.path.unlink()
+    led2 = Ledger(str(data), d)
+    with pytest.raises(InputError, match="deleted"):
+        led2.reserve(MetricDP(epsilon=3.0))
+    assert not led2.path.exists() and led2.head_path.read_text() == head
+    r = CliRunner().invoke(_app(), ["budget", "verify", str(data), "--ledger-dir", str(d)])
+    assert r.exit_code == 2
+
+
+def test_sanitize_cli_refuses_a_tampered_ledger(tmp_path, data):
+    emb = _tiny_emb(tmp_path)
+    d = tmp_path / "ledgers"
+    led = Ledger(str(data), d)
+    led.set_budget(4.0)
+    led.record(MetricDP(epsilon=3.0))
+    _edit_spend(led)
+    before = led.path.read_bytes()
+    r = CliRunner().invoke(_app(), ["sanitize", str(data), "--embeddings", str(emb), "--ledger-dir", str(d),
+                                    "--seed", "1", "-q", "--epsilon", "2", "-o", str(tmp_path / "e.txt")])
+    assert r.exit_code == 2 and "hash-chain" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not (tmp_path / "e.txt").exists() and led.path.read_bytes() == before
+
+
+def test_an_output_inside_the_ledger_folder_is_refused(tmp_path, data):
+    emb = _tiny_emb(tmp_path)
+    d = tmp_path / "ledgers"
+    led = Ledger(str(data), d)
+    led.set_budget(4.0)
+    led.record(MetricDP(epsilon=1.0))
+    before = led.path.read_bytes()
+    for extra in ([], ["--no-ledger"]):
+        r = CliRunner().invoke(_app(), ["sanitize", str(data), "--embeddings", str(emb), "--ledger-dir", str(d),
+                                        "--seed", "1", "-q", "--epsilon", "1", "-o", str(led.path), "--overwrite",
+                                        *extra])
+        assert r.exit_code == 2 and "ledger folder" in r.output, r.output
+    assert led.path.read_bytes() == before and led.verify()
+    r = CliRunner().invoke(_app(), ["topics", "train", str(data), "-k", "2", "--ledger-dir", str(d),
+                                    "-o", str(d / "model"), "-q"])
+    assert r.exit_code == 2 and "ledger folder" in r.output, r.output
+    assert not (d / "model").exists()
+
+
+def test_budget_refuses_a_folder(tmp_path):
+    for cmd in (["set", str(tmp_path), "--epsilon", "3"], ["show", str(tmp_path)]):
+        r = CliRunner().invoke(_app(), ["budget", *cmd, "--ledger-dir", str(tmp_path / "led")])
+        assert r.exit_code == 2 and "folder" in r.output, r.output
+    assert not (tmp_path / "led").exists()

@@ -10,7 +10,10 @@ Tamper evidence: each line carries ``prev``, the SHA-256 of the previous line
 (``""`` for the first), so an edited or deleted line breaks the chain
 (:meth:`Ledger.verify`). A sidecar ``<ledger>.head`` holds the entry count and
 the hash of the last line, so deleting the LAST line (which leaves a valid chain)
-is detected too. An attacker with write access can still rewrite both files: the
+is detected too. Nothing is appended to a ledger that fails this check (a
+release, reservation or budget change is refused with one line), so a tampered
+spend is never used and ``.head`` is never rewritten over the evidence. An
+attacker with write access can still rewrite both files: the
 chain is tamper evidence against accidents and casual edits, not a security
 boundary.
 
@@ -65,7 +68,8 @@ from textdp.accounting.composition import compose_by_group, group_key, spent_eps
 from textdp.accounting.guarantees import Guarantee, guarantee_from_dict
 from textdp.errors import BudgetExceededError, InputError, ParameterError
 
-__all__ = ["Ledger", "Budget", "ledger_dir", "dataset_id", "dataset_key", "hash_input", "DEFAULT_DELTA"]
+__all__ = ["Ledger", "Budget", "ledger_dir", "dataset_id", "dataset_key", "hash_input", "DEFAULT_DELTA",
+           "check_output_outside_ledgers"]
 
 DEFAULT_DELTA = 1e-6  # delta used to convert RDP spends when no budget delta is set
 LEDGER_VERSION = 1
@@ -79,6 +83,22 @@ def ledger_dir() -> Path:
     from textdp.cache import cache_dir
 
     return cache_dir("ledgers", create=False)
+
+
+def check_output_outside_ledgers(output: str | os.PathLike, directory: str | os.PathLike | None = None) -> None:
+    """Raise OutputError when ``output`` lies inside the ledger folder (``directory``,
+    default :func:`ledger_dir`): an output written there could replace a ledger
+    file and erase the record of what was spent."""
+    from textdp.errors import OutputError
+
+    d = Path(directory) if directory is not None else ledger_dir()
+    try:
+        inside = Path(output).resolve().is_relative_to(d.resolve())
+    except OSError:
+        return
+    if inside:
+        raise OutputError(f"output {str(output)!r} is inside the privacy-ledger folder {str(d)!r}; "
+                          "write it somewhere else (outputs there could overwrite a ledger)")
 
 
 def _is_path(s: str) -> bool:
@@ -301,8 +321,10 @@ class Ledger:
         """Raise BudgetExceededError (with the numbers) when ``guarantee`` would overspend.
 
         No budget set: always allowed. Open reservations count as spent, except
-        ``exclude_reservation`` (the reservation this guarantee replaces).
+        ``exclude_reservation`` (the reservation this guarantee replaces). Raises
+        InputError first when the ledger fails its integrity check.
         """
+        self.check_integrity()
         b = self.budget()
         if b is None:
             return
@@ -326,8 +348,22 @@ class Ledger:
             )
 
     # ------------------------------------------------------------ writing
+    def check_integrity(self) -> None:
+        """Raise InputError when :meth:`verify` fails (an edited, truncated or deleted
+        ledger): nothing is appended to a ledger whose spend cannot be trusted, so a
+        release can neither rely on an edited spend nor rewrite ``.head`` and erase
+        the evidence. Called under the lock before every append."""
+        if not self.verify():
+            what = ("is missing but its .head sidecar exists (the ledger was deleted)"
+                    if not self.path.exists() else "fails its hash-chain check (an entry was edited, removed or added)")
+            raise InputError(f"privacy ledger {str(self.path)!r} {what}; nothing is recorded on a ledger that "
+                             "cannot be trusted: restore it and its .head from a backup "
+                             "(`textdp budget verify DATASET` checks it)")
+
     def _append(self, entry: dict[str, Any]) -> dict[str, Any]:
-        """Append one entry; the caller holds :meth:`lock`."""
+        """Append one entry; the caller holds :meth:`lock`. Raises InputError when the
+        ledger fails its integrity check (:meth:`check_integrity`)."""
+        self.check_integrity()
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+", encoding="utf-8") as fh:
             with _locked(fh):
@@ -374,6 +410,7 @@ class Ledger:
 
         rid = uuid.uuid4().hex
         with self.lock():
+            self.check_integrity()
             forced = False
             try:
                 self.check(guarantee)
@@ -388,9 +425,11 @@ class Ledger:
 
     def cancel(self, reservation: str) -> dict[str, Any] | None:
         """Close an open reservation without a release (the run failed or was refused);
-        returns the ``cancel`` entry, or None when the reservation is not open."""
+        returns the ``cancel`` entry, or None when the reservation is not open or the
+        ledger fails its integrity check (the reservation then stays counted as spent:
+        the safe side; the caller is already on an error path)."""
         with self.lock():
-            if not any(e.get("id") == reservation for e in self.open_reservations()):
+            if not self.verify() or not any(e.get("id") == reservation for e in self.open_reservations()):
                 return None
             return self._append({"type": "cancel", "reservation": reservation, "time": _now(),
                                  "dataset": self.dataset})
@@ -419,6 +458,7 @@ class Ledger:
         if input_hash is None:
             input_hash = hash_input(input_path) if input_path is not None else self.input_sha256
         with self.lock():
+            self.check_integrity()
             if reservation is not None and not any(e.get("id") == reservation for e in self.open_reservations()):
                 raise ParameterError(f"reservation {reservation!r} is not open in {self.path}")
             forced = False

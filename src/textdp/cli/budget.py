@@ -38,6 +38,9 @@ def _open(dataset: str, ledger_dir, creating: bool):
     from textdp.data.datasets import is_builtin, list_datasets
     from textdp.errors import InputError
 
+    if Path(dataset).is_dir():
+        raise InputError(f"{dataset[:200]!r} is a folder; a budget protects one dataset file (the file you "
+                         "pass to textdp sanitize or topics train)")
     if Path(dataset).exists():
         return Ledger(dataset, ledger_dir)
     if is_builtin(dataset):

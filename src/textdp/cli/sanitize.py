@@ -144,6 +144,9 @@ def sanitize_command(
     created = _make_parents(out)
     try:
         io.check_output_path(out, [None if builtin else input], overwrite=overwrite)
+        from textdp.accounting.ledger import check_output_outside_ledgers
+
+        check_output_outside_ledgers(out, ledger_dir)
         check_card_path(out, overwrite=overwrite)
         # the mechanism's guarantee is data-independent: known before anything is read
         mech = make_mechanism(mech_name, embeddings, epsilon, **kwargs)

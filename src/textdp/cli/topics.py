@@ -146,6 +146,9 @@ def train_command(
     train_texts, _, name = _load_texts(input, split, text_column, limit)
     out = Path(output) if output is not None else Path(f"{Path(name).stem if not name.isidentifier() else name}.{privacy}.topics")
     in_paths = [p for p in (input, prior_corpus) if p is not None and Path(p).exists()]
+    from textdp.accounting.ledger import check_output_outside_ledgers
+
+    check_output_outside_ledgers(out, ledger_dir)
     check_output_dir(out, overwrite=overwrite, inputs=in_paths)
     led = None
     if not no_ledger:
