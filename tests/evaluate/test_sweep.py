@@ -169,3 +169,60 @@ def test_cli_end_to_end_with_mask_attack(tmp_path, monkeypatch):
     assert bad.exit_code == 2 and "unknown mechanism" in bad.output
     bad = CliRunner().invoke(app, ["evaluate", "--dataset", "nope", "-o", str(tmp_path / "y")])
     assert bad.exit_code == 2 and "unknown dataset" in bad.output
+
+
+def test_results_say_the_evaluation_is_not_a_release(sweep):
+    _, out, _ = sweep
+    data = json.loads((out / "results.json").read_text())
+    assert data["dp_release"] is False and "is a DP release" in data["note"] and "neither" in data["note"]
+    assert "Not a release" in (out / "report.html").read_text("utf-8")
+
+
+def test_cli_files_with_other_column_names(tmp_path):
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+
+    texts = ["a good film", "a bad film", "great acting", "dull plot", "fine story", "awful script"] * 5
+    labels = ["pos", "neg"] * 15
+    tr, te = tmp_path / "tr.csv", tmp_path / "te.csv"
+    pd.DataFrame({"body": texts, "sentiment": labels}).to_csv(tr, index=False)
+    pd.DataFrame({"body": texts[:10], "sentiment": labels[:10]}).to_csv(te, index=False)
+    ds = f"{tr},{te}"
+    base = ["evaluate", "-d", ds, "-m", "santext", "-e", "3", "--attacks", "none", "--seed", "0", "-q"]
+    r = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "r0")])
+    assert r.exit_code == 2 and "--text-column" in r.output, r.output
+    r = CliRunner().invoke(app, [*base, "--text-column", "body", "-o", str(tmp_path / "r1")])
+    assert r.exit_code == 2 and "--label-column" in r.output and "sentiment" not in r.output.split("column")[0], r.output
+    r = CliRunner().invoke(app, [*base, "--text-column", "body", "--label-column", "sentiment", "-o",
+                                 str(tmp_path / "r2"), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["results"]
+    assert [x["mechanism"] for x in rows] == ["none", "santext"]
+    r = CliRunner().invoke(app, [*base, "--text-column", " ", "-o", str(tmp_path / "r3")])
+    assert r.exit_code == 2 and "--text-column" in r.output
+
+
+def test_cli_pretraining_writes_its_result_and_names_what_it_ignores(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import textdp.evaluate.pretrain as pre
+    from textdp.cli.main import app
+
+    calls = []
+
+    def fake(dataset, mechanism, epsilon, **kw):
+        calls.append((mechanism, epsilon))
+        return {"encoder": "word-mlm", "preset": "tiny", "plain": 0.6, "control": 0.61, "sanitization_aware": 0.62,
+                "gain": 0.02}
+
+    monkeypatch.setattr(pre, "compare_pretraining", fake)
+    out = tmp_path / "pre"
+    r = CliRunner().invoke(app, ["evaluate", "--pretraining", "tiny", "-m", "santext,fbdd", "-e", "3,5",
+                                 "--max-docs", "50", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert calls == [("santext", 3.0)]
+    assert "compares one cell" in r.output and "--max-docs" in r.output
+    assert json.loads((out / "pretraining.json").read_text())["gain"] == 0.02
+    r = CliRunner().invoke(app, ["evaluate", "--pretraining", "tiny", "-m", "santext", "-e", "3", "-o", str(out)])
+    assert r.exit_code == 2 and "--overwrite" in r.output

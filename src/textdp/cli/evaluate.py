@@ -22,7 +22,9 @@ from textdp.cli._common import split_list as _split  # noqa: E402  (strict comma
 def evaluate_command(
     dataset: str = typer.Option("rotten-tomatoes", "--dataset", "-d", help="Built-in labelled dataset "
                                 "(rotten-tomatoes, drug-reviews, 20newsgroups, reuters-r8, bbc-news) or two "
-                                "labelled files TRAIN,TEST."),
+                                "labelled files TRAIN,TEST (columns named by --text-column / --label-column)."),
+    text_column: str = typer.Option("text", "--text-column", help="Files TRAIN,TEST: the column holding the text."),
+    label_column: str = typer.Option("label", "--label-column", help="Files TRAIN,TEST: the column holding the label."),
     mechanisms: str = typer.Option("santext,santext+,fbdd", "--mechanisms", "-m", help="Comma list of "
                                    "santext, santext+, fbdd."),
     epsilons: str = typer.Option("1,2,3", "--epsilons", "-e", help="Comma list of ε values (per token)."),
@@ -78,7 +80,10 @@ def evaluate_command(
     from textdp.evaluate import SweepConfig
 
     # every option is checked here, before any data is loaded, model trained or folder created
-    cfg = SweepConfig(dataset=dataset, mechanisms=mech_list, epsilons=eps_vals, model=model, max_docs=max_docs,
+    for opt, v in (("--text-column", text_column), ("--label-column", label_column)):
+        if not v.strip():
+            raise ParameterError(f"{opt} is empty; give a column name of the TRAIN,TEST files")
+    cfg = SweepConfig(dataset=dataset, text_column=text_column, label_column=label_column, mechanisms=mech_list, epsilons=eps_vals, model=model, max_docs=max_docs,
                       embeddings=embeddings, w=w, p=p, attacks=atk, prior=prior, mlm=mlm, mlm_preset=mlm_preset,
                       max_attack_tokens=max_attack_tokens, max_mask_positions=max_mask_positions, seed=seed,
                       model_options={} if model.strip().lower() == "tfidf" or epochs is None
@@ -88,15 +93,35 @@ def evaluate_command(
         from textdp.evaluate.pretrain import compare_pretraining, pretrain_preset
 
         pretrain_preset(pretraining, pretraining_encoder)  # checks both names before any work
+        from textdp.data.io import atomic_output, check_output_dir
+
+        out_dir = check_output_dir(output, overwrite=overwrite, create_parents=True)
+        if (out_dir / "pretraining.json").exists() and not overwrite:
+            raise ParameterError(f"{str(out_dir / 'pretraining.json')!r} already exists; pass --overwrite")
+        ignored = [o for o, used in (("--max-docs", max_docs is not None), ("--model", model.strip().lower() != "tfidf"),
+                                     ("--workers", workers != 1), ("--epochs", epochs is not None)) if used]
+        if not quiet and (len(mech_list) > 1 or len(eps_vals) > 1):
+            err_console.print(f"[yellow]warning:[/] --pretraining compares one cell: {esc(mech_list[0])} at "
+                              f"ε={eps_vals[0]:g} (the first of --mechanisms and --epsilons)", highlight=False)
+        if not quiet and ignored:
+            err_console.print(f"[yellow]warning:[/] --pretraining ignores {', '.join(ignored)} (its preset sets the "
+                              "data sizes, models and steps)", highlight=False)
         say = (lambda s: None) if quiet else (lambda s: err_console.print(f"[dim]{esc(str(s))}[/]"))
         res = compare_pretraining(dataset, mech_list[0], eps_vals[0], preset=pretraining, embeddings=embeddings,
                                   seed=seed, stage=say, encoder=pretraining_encoder)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        import json as _json
+
+        with atomic_output(out_dir / "pretraining.json") as tmp:
+            Path(tmp).write_text(_json.dumps(res, indent=2, default=str), encoding="utf-8")
         if json_out:
             print_json(res)
         else:
             out_console.print(f"sanitization-aware pretraining on {esc(str(dataset))}, {mech_list[0]} ε={eps_vals[0]:g} "
                               f"({res['encoder']}, {res['preset']} preset): plain {res['plain']:.3f}, control {res['control']:.3f}, "
                               f"sanitization-aware {res['sanitization_aware']:.3f} (gain {res['gain']:+.3f})")
+        if not quiet:
+            err_console.print(f"written: {esc(str(out_dir / 'pretraining.json'))}")
         return
     from textdp.evaluate import run_sweep
 
@@ -136,6 +161,10 @@ def evaluate_command(
     if not quiet:
         err_console.print(f"report: {esc(str(Path(output) / 'report.html'))}  ({res.seconds:.1f} s"
                           + (f", {res.resumed_cells} cells from cache" if res.resumed_cells else "") + ")")
+        err_console.print("note: an evaluation is computed from the clear text (clean accuracy, attacks against "
+                          "the originals), so neither the report nor the sanitized text in cache/ is a DP release; "
+                          "nothing is recorded in the budget ledger. Release text with `textdp sanitize`.",
+                          highlight=False)
 
 
 _SHORT_HEADERS = {"epsilon": "ε", "utility_sanitized": "util\nsan", "utility_clean": "util\nclean",

@@ -158,6 +158,7 @@ top-1 and top-5 success; for FBDD the likelihood is approximated by the noise de
 inference attack</b> (an MLM predicts each masked sanitized position; defence rate = 1 − success), and the
 plausible-deniability statistics N<sub>w</sub> (share of draws that keep w) and S<sub>w</sub> (distinct outputs).
 ε is per token. The row <code>none</code> is the clean-text baseline.</p>
+<p><i>Not a release:</i> {html.escape(NOT_A_RELEASE)}.</p>
 <h2>Plots</h2>
 {''.join(figs)}
 <h2>Results</h2>
@@ -168,6 +169,11 @@ plausible-deniability statistics N<sub>w</sub> (share of draws that keep w) and 
 <pre>{html.escape(json.dumps(cfg_d, indent=2, default=str))}</pre>
 </body></html>
 """
+
+
+NOT_A_RELEASE = ("an evaluation is computed from the clear text (clean accuracy, attacks scored against the "
+                 "original tokens): neither this report nor the sanitized text kept in cache/ is a DP release, "
+                 "and nothing is recorded in the privacy-budget ledger; release text with textdp sanitize")
 
 
 def write_report(df: pd.DataFrame, cards: dict, cfg, out: Path) -> dict:
@@ -200,7 +206,8 @@ def write_report(df: pd.DataFrame, cards: dict, cfg, out: Path) -> dict:
         Path(tmp).write_text(render_html(df, cards, cfg, images), encoding="utf-8")
     paths["report.html"] = out / "report.html"
     with atomic_output(out / "results.json") as tmp:  # written last: marks a finished report
-        Path(tmp).write_text(json.dumps({"config": cfg_d, "results": recs, "cards": cards}, indent=2,
+        Path(tmp).write_text(json.dumps({"config": cfg_d, "results": recs, "cards": cards, "dp_release": False,
+                                    "note": NOT_A_RELEASE}, indent=2,
                                         default=str), encoding="utf-8")
     paths["results.json"] = out / "results.json"
     return paths
