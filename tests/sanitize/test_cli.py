@@ -231,3 +231,23 @@ def test_folders_as_input_or_output_get_the_right_message(tmp_path):
     r = runner.invoke(app, ["sanitize", str(tmp_path / "adir"), "-e", "1", "--no-ledger"])
     assert r.exit_code == 2 and "is a folder, not a file" in r.output, r.output
     assert list((tmp_path / "adir").iterdir()) == []
+
+
+def test_a_seeded_card_records_what_reproduces_the_run(tmp_path, table, small_glove_file):
+    """The streams are drawn per chunk and per block: the card of a seeded run records both
+    settings, and the same seed + settings give the same bytes."""
+    src = tmp_path / "in.csv"
+    io.write_table(table, src)
+    outs = []
+    for name in ("a.csv", "b.csv"):
+        out = tmp_path / name
+        r = _run(src, "-e", "2", "--embeddings", small_glove_file, "-o", out, "--seed", 7, "--chunk-size", 2,
+                 "--block-size", 0.5, "-q", "--no-ledger")
+        assert r.exit_code == 0, r.output
+        outs.append(out)
+    assert _digest(outs[0]) == _digest(outs[1])
+    rep = json.loads(card_path(outs[0]).read_text())["randomness"]["reproduce_with"]
+    assert rep["chunk_size"] == 2 and rep["block_bytes"] == int(0.5 * 2**20)
+    r = _run(src, "-e", "2", "--embeddings", small_glove_file, "-o", tmp_path / "c.csv", "-q", "--no-ledger")
+    assert r.exit_code == 0, r.output
+    assert "reproduce_with" not in json.loads(card_path(tmp_path / "c.csv").read_text())["randomness"]

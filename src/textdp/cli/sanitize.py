@@ -275,6 +275,12 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
             bar.update(san, completed=total_tokens)
             bar.update(task, description="privacy card")
             card = _card(mech, stats, source, out, privacy_statistics, build_card)
+            if isinstance(card.get("randomness"), dict) and card["randomness"].get("seeded"):
+                # the random streams are drawn per chunk and per block of words: a seeded run is
+                # reproduced by the same seed AND these settings (and the same input, textdp version)
+                card["randomness"]["reproduce_with"] = {
+                    "chunk_size": int(chunk_size), "block_bytes": int(getattr(mech, "block_bytes", 0)) or None,
+                    "note": "same --seed, --chunk-size and --block-size, same input and textdp version"}
             card_file = write_card(card, out, overwrite=True)
     return stats, card_file, mech
 
