@@ -100,13 +100,17 @@ def _single_threaded_blas():
 
 
 def check_epsilon(epsilon) -> float:
-    """A positive finite float, else ParameterError."""
+    """A positive finite float, else ParameterError (named ``--epsilon``, as the CLI option).
+
+    Each mechanism also has a supported range (``epsilon_min``, ``epsilon_max``),
+    checked by its constructor before anything is loaded (:meth:`TokenSanitizer.check_epsilon_range`).
+    """
     try:
         e = float(epsilon)
     except (TypeError, ValueError):
-        raise ParameterError(f"epsilon must be a number, got {epsilon!r}") from None
+        raise ParameterError(f"--epsilon must be a number, got {epsilon!r}") from None
     if not math.isfinite(e) or e <= 0:
-        raise ParameterError(f"epsilon must be a positive finite number, got {epsilon!r}")
+        raise ParameterError(f"--epsilon must be a positive finite number, got {epsilon!r}")
     return e
 
 
@@ -193,8 +197,10 @@ class TokenSanitizer:
 
     embeddings: an :class:`textdp.embeddings.Embeddings` or a name/path for
         :func:`textdp.embeddings.load_embeddings` (default ``"glove-6b-50d"``).
-    epsilon: privacy parameter per token (positive, finite). Its unit is
-        "per unit of Euclidean embedding distance": the guarantee is ``eps·d(x,x')``.
+    epsilon: privacy parameter per token (positive, finite, within the mechanism's
+        ``[epsilon_min, epsilon_max]``: SanText and SanText+ at most 1e100, FBDD at
+        least 1e-20). Its unit is "per unit of Euclidean embedding distance": the
+        guarantee is ``eps·d(x,x')``.
     output_vocabulary: ``"corpus"`` (words of the fitted texts that have
         embeddings; the paper's choice; the default), ``"full"`` (every word of the
         embedding table, 400k for GloVe 6B) or an explicit list of words.
@@ -219,11 +225,29 @@ class TokenSanitizer:
 
     name = "token-sanitizer"
     exact_probabilities = True
+    #: supported epsilon range [epsilon_min, epsilon_max] of the mechanism and why it ends there
+    epsilon_min: float = 0.0
+    epsilon_max: float = math.inf
+    epsilon_limit_reason: str = ""
+
+    @classmethod
+    def check_epsilon_range(cls, epsilon) -> float:
+        """``epsilon`` as a float if it lies in this mechanism's supported range, else
+        ParameterError naming ``--epsilon``, the range and why it ends there (the
+        limits come from float arithmetic, not from the data)."""
+        e = check_epsilon(epsilon)
+        if e < cls.epsilon_min:
+            raise ParameterError(f"--epsilon {e!r} is too small for {cls.name}: the smallest supported is "
+                                 f"{cls.epsilon_min:g} ({cls.epsilon_limit_reason})")
+        if e > cls.epsilon_max:
+            raise ParameterError(f"--epsilon {e!r} is too large for {cls.name}: the largest supported is "
+                                 f"{cls.epsilon_max:g} ({cls.epsilon_limit_reason})")
+        return e
 
     def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, output_vocabulary="corpus",
                  oov: str = "uniform", unk_token: str = "[UNK]", rng=None, block_bytes: int = DEFAULT_BLOCK_BYTES,
                  workers: int | None = None, eta: float = DEFAULT_ETA):
-        self.epsilon = check_epsilon(epsilon)
+        self.epsilon = self.check_epsilon_range(epsilon)  # before the embeddings are loaded
         try:
             self.eta = float(eta)
         except (TypeError, ValueError):
@@ -603,6 +627,12 @@ class TokenSanitizer:
         return out
 
 
+#: SanText/SanText+ compute g = (eps/2)^2 d^2 and their accounting (eps R)^2 in float64 (overflow near
+#: eps R = 1.3e154, R the table's radius: 14 for GloVe); 1e100 leaves room for any radius below 1e50.
+_EXP_MECHANISM_MAX_EPSILON = 1e100
+_EXP_MECHANISM_LIMIT = "the sampler computes (ε·d/2)² in float64, which overflows near ε = 1e154/d"
+
+
 class SanText(TokenSanitizer):
     """SanText (Yue et al. 2021, Sec. 4.2): ``p(y|x) = exp(-eps·d(x,y)/2) / Z(x)``
     over the output vocabulary, ``d`` the Euclidean distance of raw embeddings.
@@ -616,6 +646,8 @@ class SanText(TokenSanitizer):
     """
 
     name = "santext"
+    epsilon_max = _EXP_MECHANISM_MAX_EPSILON
+    epsilon_limit_reason = _EXP_MECHANISM_LIMIT
 
     def _prepare_mechanism(self) -> None:
         pass
@@ -676,6 +708,8 @@ class SanTextPlus(TokenSanitizer):
     """
 
     name = "santext+"
+    epsilon_max = _EXP_MECHANISM_MAX_EPSILON
+    epsilon_limit_reason = _EXP_MECHANISM_LIMIT
 
     def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, w: float = 0.9, p: float = 0.3,
                  frequencies: str = "corpus", **kwargs):
@@ -804,6 +838,11 @@ class FBDD(TokenSanitizer):
 
     name = "fbdd"
     exact_probabilities = False
+    #: the noise radius is Gamma(m, 1/eps) (mean m/eps) and the nearest-word search runs in float32
+    #: (largest value 3.4e38): 1e-20 keeps radius x norm far inside it for tables with norms below 1e14
+    epsilon_min = 1e-20
+    epsilon_limit_reason = ("its noise vector has length about dim/ε and the nearest-word search runs in "
+                            "float32, which overflows for smaller ε")
 
     def _prepare_mechanism(self) -> None:
         pass
