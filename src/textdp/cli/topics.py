@@ -354,6 +354,11 @@ def tradeoff_command(
     bad = [m for m in meths if m not in ("hdp", "lp", "olp")]
     if bad:
         raise ParameterError(f"unknown method(s) {', '.join(bad)}; choose among hdp, lp, olp")
+    from textdp.topics.tradeoff import check_runs
+
+    method_params = {"hdp": {"sweeps_per_release": sweeps_per_release, "max_doc_length": max_doc_length},
+                     "olp": {"batch_size": batch_size}}
+    check_runs(eps, meths, method_params, n_topics=k, alpha=alpha, beta=beta, iterations=iterations)  # no work yet
     check_output_path(output, overwrite=overwrite)
     csv_path = output.with_suffix(".csv")
     check_output_path(csv_path, overwrite=overwrite)
@@ -367,9 +372,7 @@ def tradeoff_command(
     with bar:
         df = privacy_utility(train, test, eps, meths, n_topics=k, alpha=alpha, beta=beta, iterations=iterations,
                              seed=seed, progress=lambda d: bar.update(task, advance=1, description=d),
-                             method_params={"hdp": {"sweeps_per_release": sweeps_per_release,
-                                                    "max_doc_length": max_doc_length},
-                                            "olp": {"batch_size": batch_size}})
+                             method_params=method_params)
     from textdp.data.io import atomic_output
 
     with atomic_output(csv_path) as tmp:

@@ -24,7 +24,8 @@ from textdp.topics.corpus import Corpus
 
 __all__ = [
     "InherentPrivacy", "cgs_inherent_epsilon", "InherentPrivacyMonitor", "DataDependentPrivacyWarning",
-    "lp_epsilon", "flip_for_epsilon", "RRReports", "rr_encode", "rr_estimate", "rr_variance",
+    "lp_epsilon", "flip_for_epsilon", "LP_EPSILON_MIN", "LP_EPSILON_MAX",
+    "RRReports", "rr_encode", "rr_estimate", "rr_variance",
     "reconstruct_corpus", "BayesDenoised", "bayes_denoise",
 ]
 
@@ -177,10 +178,16 @@ def _check_f(f) -> float:
     try:
         f = float(f)
     except (TypeError, ValueError):
-        raise ParameterError(f"flip probability f must be a number in (0, 1), got {f!r}") from None
+        raise ParameterError(f"the flip probability (--flip) must be a number in (0, 1), got {f!r}") from None
     if not (0.0 < f < 1.0):
-        raise ParameterError(f"flip probability f must be in (0, 1), got {f!r}")
+        raise ParameterError(f"the flip probability (--flip) must be in (0, 1), got {f!r}")
     return f
+
+
+#: supported ε range of LP/OLP-LDA (:func:`flip_for_epsilon`): f = 2/(e^{ε/2}+1) is a float64 in (0, 1)
+#: only there. Above ~1419, e^{ε/2} overflows; below ~5e-16, f rounds to 1 (no information kept).
+LP_EPSILON_MIN = 1e-15
+LP_EPSILON_MAX = 1400.0
 
 
 def lp_epsilon(f: float) -> float:
@@ -188,17 +195,34 @@ def lp_epsilon(f: float) -> float:
 
     Each bit is kept with probability 1 − f/2 and flipped with f/2, so one bit costs
     ln((1 − f/2)/(f/2)) = ln(2/f − 1); replacing one word changes at most two bits.
-    f = 0.1 -> 5.89, 0.5 -> 2.20, 0.8 -> 0.81.
+    f = 0.1 -> 5.89, 0.5 -> 2.20, 0.8 -> 0.81. Computed as 2 (ln(2 − f) − ln f), finite
+    for every f in (0, 1) (2/f overflows for f below 1.1e-308).
     """
     f = _check_f(f)
-    return 2.0 * math.log(2.0 / f - 1.0)
+    return 2.0 * (math.log(2.0 - f) - math.log(f))
 
 
 def flip_for_epsilon(epsilon: float) -> float:
-    """Inverse of :func:`lp_epsilon`: f = 2 / (e^{ε/2} + 1)."""
-    e = float(epsilon)
+    """Inverse of :func:`lp_epsilon`: f = 2 / (e^{ε/2} + 1).
+
+    Raises ParameterError (naming ``--epsilon``) unless ε is in
+    [``LP_EPSILON_MIN``, ``LP_EPSILON_MAX``] = [1e-15, 1400], where f is a float64
+    strictly inside (0, 1).
+    """
+    try:
+        e = float(epsilon)
+    except (TypeError, ValueError):
+        raise ParameterError(f"--epsilon must be a number, got {epsilon!r}") from None
     if not (e > 0 and math.isfinite(e)):
-        raise ParameterError(f"epsilon must be a positive finite number, got {epsilon!r}")
+        raise ParameterError(f"--epsilon must be a positive finite number, got {epsilon!r}")
+    if e > LP_EPSILON_MAX:
+        raise ParameterError(f"--epsilon {e!r} is too large for LP/OLP-LDA: the largest supported is "
+                             f"{LP_EPSILON_MAX:g} (the flip probability f = 2/(e^(ε/2)+1) underflows float64 "
+                             "near ε = 1419)")
+    if e < LP_EPSILON_MIN:
+        raise ParameterError(f"--epsilon {e!r} is too small for LP/OLP-LDA: the smallest supported is "
+                             f"{LP_EPSILON_MIN:g} (the flip probability f = 2/(e^(ε/2)+1) rounds to 1 in float64 "
+                             "below about 5e-16)")
     return 2.0 / (math.exp(e / 2.0) + 1.0)
 
 

@@ -30,10 +30,14 @@ from textdp.topics.privacy import (
     rr_variance,
 )
 
-__all__ = ["HDPLDA", "LPLDA", "OLPLDA", "laplace_composition"]
+__all__ = ["HDPLDA", "LPLDA", "OLPLDA", "laplace_composition", "HDP_MAX_SCALE"]
+
+#: largest discrete-Laplace scale HDP-LDA accepts: textdp.noise.discrete_laplace takes scales below 2^49
+#: (exact rational arithmetic); 2^48 leaves room for its rounding up. Sets the smallest ε: Δ₁·releases/2^48.
+HDP_MAX_SCALE = 2.0**48
 
 
-def _check_eps(epsilon, name="epsilon") -> float:
+def _check_eps(epsilon, name="--epsilon") -> float:
     try:
         e = float(epsilon)
     except (TypeError, ValueError):
@@ -134,7 +138,9 @@ class HDPLDA:
     composition, pure ε-DP) or, with ``delta > 0``, calibrated with dp_accounting's
     PLD accountant (:func:`laplace_composition`). The inherent randomness of CGS is
     *not* credited (it is data-dependent, spec B.2). Topic assignments and
-    document-topic counts are never released.
+    document-topic counts are never released. ε must be at least Δ₁·R/2^48
+    (:data:`HDP_MAX_SCALE`, the exact sampler's noise scale limit; 2.9e-10 with the
+    defaults), else ParameterError at construction.
     """
 
     privacy = "hdp"
@@ -159,6 +165,14 @@ class HDPLDA:
         self.max_doc_length = int(max_doc_length)
         self.seed = seed
         self.ll_every = int(ll_every)
+        # the noise scale Δ₁·R/ε (never smaller with δ > 0) must suit the exact sampler: checked before any work
+        eps_min = self.sensitivity * self.releases / HDP_MAX_SCALE
+        if self.epsilon < eps_min:
+            sens = f"{self.sensitivity}" + (" (2 x --max-doc-length)" if self.unit == "document" else "")
+            raise ParameterError(
+                f"--epsilon {self.epsilon!r} is too small for HDP-LDA: the smallest supported here is "
+                f"{float(f'{eps_min * 1.001:.3g}'):g} = sensitivity {sens} x {self.releases} releases "
+                "(--iterations / --sweeps-per-release) / 2^48, the largest noise scale of the exact Laplace sampler")
 
     @property
     def releases(self) -> int:

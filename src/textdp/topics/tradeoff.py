@@ -10,7 +10,24 @@ from typing import Callable, Sequence
 from textdp.errors import ParameterError
 from textdp.topics.corpus import Corpus
 
-__all__ = ["privacy_utility", "plot_privacy_utility"]
+__all__ = ["privacy_utility", "plot_privacy_utility", "check_runs"]
+
+
+def check_runs(epsilons: Sequence[float], methods: Sequence[str], method_params: dict | None = None, **common) -> None:
+    """Validate every (method, ε) run of :func:`privacy_utility` by building its trainer (cheap, no
+    data needed): raises ParameterError (e.g. an ε outside LP-LDA's supported range) before any work.
+    ``common``: the keyword arguments every trainer gets (n_topics, alpha, beta, iterations, seed)."""
+    from textdp.topics import make_trainer
+
+    if not epsilons:
+        raise ParameterError("give at least one epsilon (--epsilons)")
+    for e in epsilons:
+        if not (float(e) > 0 and math.isfinite(float(e))):
+            raise ParameterError(f"every epsilon (--epsilons) must be positive and finite, got {e!r}")
+    method_params = method_params or {}
+    for m in methods:
+        for e in epsilons:
+            make_trainer(m, **(dict(common) | method_params.get(m, {}) | {"epsilon": float(e)}))
 
 
 def privacy_utility(train: Corpus, test: Corpus, epsilons: Sequence[float], methods: Sequence[str] = ("hdp", "lp", "olp"),
@@ -21,6 +38,7 @@ def privacy_utility(train: Corpus, test: Corpus, epsilons: Sequence[float], meth
 
     Returns a pandas DataFrame with columns method, epsilon, guarantee, perplexity,
     seconds; the non-private run is the row with method ``none`` and epsilon inf.
+    Every (method, ε) is validated before the first run (ParameterError, nothing trained).
     ``method_params``: extra keyword arguments per method (e.g. {"olp": {"batch_size": 500}}).
     LP/OLP-LDA get ε through f = 2/(e^{ε/2}+1) (ε per replaced word, local); HDP-LDA's
     ε is per document for the whole run. The units differ; the plot labels them.
@@ -29,13 +47,9 @@ def privacy_utility(train: Corpus, test: Corpus, epsilons: Sequence[float], meth
 
     from textdp.topics import make_trainer
 
-    if not epsilons:
-        raise ParameterError("give at least one epsilon")
-    for e in epsilons:
-        if not (float(e) > 0 and math.isfinite(float(e))):
-            raise ParameterError(f"every epsilon must be positive and finite, got {e!r}")
     method_params = method_params or {}
     common = dict(n_topics=n_topics, alpha=alpha, beta=beta, iterations=iterations, seed=seed)
+    check_runs(epsilons, methods, method_params, **common)
     rows = []
 
     def run(method, eps):
