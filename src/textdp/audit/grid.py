@@ -261,27 +261,26 @@ def plot_grid(result: GridResult, path: str | Path) -> None:
 def write_grid_outputs(result: GridResult, outdir: str | Path, overwrite: bool = False, stem: str | None = None,
                        plot: bool = True) -> list[Path]:
     """Write ``STEM.json`` (settings + every cell), ``STEM.csv`` and ``STEM.png`` into ``outdir``
-    atomically (created if missing). Raises :class:`OutputError` if a file exists and not ``overwrite``."""
-    from textdp.data.io import atomic_output, check_output_path
+    (created if missing) all-or-nothing: on an error or an interrupt no file is left and a folder
+    made for them is removed. Raises :class:`OutputError` if a file exists and not ``overwrite``,
+    or for an operating-system error (naming the file: permission denied, disk full, ...)."""
+    from textdp.data.io import atomic_outputs, check_output_path
 
     out = Path(outdir)
     if out.exists() and not out.is_dir():
         raise ParameterError(f"--output {str(out)!r} must be a folder for audit results")
-    out.mkdir(parents=True, exist_ok=True)
     stem = stem or result.name
     paths = [out / f"{stem}.json", out / f"{stem}.csv"] + ([out / f"{stem}.png"] if plot else [])
     for p in paths:
-        check_output_path(p, overwrite=overwrite)
+        check_output_path(p, overwrite=overwrite, create_parents=True)
     rows = result.rows()
     doc = {"grid": result.name, "settings": result.settings, "wall_s": round(result.wall_s, 3),
            "flagged": {k: list(v) for k, v in result.flagged().items()}, "cells": rows}
-    with atomic_output(paths[0], "w") as tmp:
-        Path(tmp).write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
-    with atomic_output(paths[1], "w") as tmp:
-        Path(tmp).write_text(_csv_text(rows), encoding="utf-8")
-    if plot:
-        with atomic_output(paths[2], "wb") as tmp:
-            plot_grid(result, tmp)
+    with atomic_outputs(paths, create_parents=True) as tmps:
+        Path(tmps[0]).write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
+        Path(tmps[1]).write_text(_csv_text(rows), encoding="utf-8")
+        if plot:
+            plot_grid(result, tmps[2])
     return paths
 
 

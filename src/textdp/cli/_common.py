@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from typing import Any, Callable
 
@@ -25,6 +26,13 @@ out_console = Console()
 ISSUE_URL = "https://github.com/textdp/textdp/issues"
 
 
+class Terminated(KeyboardInterrupt):
+    """Raised by the entry point's SIGTERM handler (``timeout``, ``kill``): it cleans up like
+    Ctrl-C (atomic writers remove their temporary files) and exits 143 = 128 + SIGTERM."""
+
+    signum = signal.SIGTERM
+
+
 def fail(message: str, code: int = 2) -> None:
     """Print one line to stderr and exit with ``code``."""
     err_console.print(f"[bold red]error:[/] {esc(str(message))}", highlight=False, soft_wrap=True)
@@ -32,8 +40,10 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def handle_errors(func: Callable) -> Callable:
-    """Decorator for command functions: TextDPError -> one line + exit 2; other
-    exceptions -> one line + exit 1 with a hint (traceback with TEXTDP_DEBUG=1)."""
+    """Decorator for command functions: TextDPError and operating-system errors caused by the
+    environment (permission denied, disk full, ...: see :func:`textdp.data.io.describe_os_error`)
+    -> one line + exit 2; Ctrl-C -> exit 130, SIGTERM -> 143; other exceptions -> one line +
+    exit 1 with a hint (traceback with TEXTDP_DEBUG=1)."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -45,30 +55,56 @@ def handle_errors(func: Callable) -> Callable:
             raise
         except TextDPError as exc:
             fail(str(exc), 2)
-        except KeyboardInterrupt:
-            fail("interrupted; no output was written", 130)
+        except KeyboardInterrupt as exc:  # Ctrl-C: 130; SIGTERM (see textdp.cli.main): 143
+            signum = getattr(exc, "signum", signal.SIGINT)
+            fail("interrupted" + (f" ({signal.Signals(signum).name})" if signum != signal.SIGINT else "")
+                 + "; no output was written", 128 + signum)
         except MemoryError:
             fail("out of memory; try a smaller input or sizes", 1)
+        except BrokenPipeError:  # the reader of stdout left: the entry point exits quietly (141)
+            raise
+        except OSError as exc:  # permission denied, disk full, a file where a folder should be, ...
+            from textdp.data.io import describe_os_error, is_user_os_error
+
+            if not is_user_os_error(exc) or os.environ.get("TEXTDP_DEBUG"):
+                _unexpected(exc)
+            fail(describe_os_error(exc), 2)
         except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
-            if os.environ.get("TEXTDP_DEBUG"):
-                raise
-            fail(
-                f"unexpected {type(exc).__name__}: {str(exc)[:200]} (a bug: rerun with TEXTDP_DEBUG=1 "
-                f"and report it at {ISSUE_URL})",
-                1,
-            )
+            _unexpected(exc)
 
     return wrapper
+
+
+def _unexpected(exc: BaseException) -> None:
+    """A bug: one line with exit 1 (the traceback with TEXTDP_DEBUG=1)."""
+    import os
+
+    if os.environ.get("TEXTDP_DEBUG"):
+        raise exc
+    fail(
+        f"unexpected {type(exc).__name__}: {str(exc)[:200]} (a bug: rerun with TEXTDP_DEBUG=1 "
+        f"and report it at {ISSUE_URL})",
+        1,
+    )
 
 
 class _ErrorClearingProgress(Progress):
     """A progress display that removes itself when the block fails, so an error is one line
     (no half-drawn "0/?" bar above it)."""
 
+    _failed = False
+
     def __exit__(self, exc_type, exc_val, exc_tb):
         if exc_type is not None:
             self.live.transient = True
+            self._failed = True
         return super().__exit__(exc_type, exc_val, exc_tb)
+
+    def stop(self) -> None:
+        if self._failed and not self.disable:  # rich ends a non-terminal display with an empty line:
+            self.live.stop()                    # not above the one-line error
+            return
+        super().stop()
 
 
 def progress(quiet: bool = False, transient: bool = False) -> Progress:

@@ -174,9 +174,8 @@ def register(app: typer.Typer) -> None:
 
             if output.exists() and not output.is_dir():
                 raise ParameterError(f"--output {str(output)!r} must be a folder")
-            if output.exists():
-                for ext in ("json", "csv", "png"):
-                    check_output_path(output / f"{stem}.{ext}", overwrite=overwrite)
+            for ext in ("json", "csv", "png"):  # also: the folder can be made and written (before any work)
+                check_output_path(output / f"{stem}.{ext}", overwrite=overwrite, create_parents=True)
 
         if grid is not None:
             spec = GRIDS[grid]

@@ -54,8 +54,15 @@ for _mod in _COMMAND_MODULES:
     _m.register(app)
 
 
+_SIGTERM_RECEIVED = False
+
+
 def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001
-    raise KeyboardInterrupt
+    global _SIGTERM_RECEIVED
+    from textdp.cli._common import Terminated
+
+    _SIGTERM_RECEIVED = True
+    raise Terminated
 
 
 def _usage_error_line(exc) -> str:
@@ -67,7 +74,8 @@ def _usage_error_line(exc) -> str:
 
 
 def main() -> None:
-    """Entry point: runs the app; usage errors are one line on stderr with exit code 2."""
+    """Entry point: runs the app; usage errors are one line on stderr with exit code 2; Ctrl-C
+    exits 130 and SIGTERM 143 (128 + the signal), after the same clean-up."""
     import os
     import signal
     import sys
@@ -104,7 +112,9 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except abort:
         sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        sys.exit(143 if _SIGTERM_RECEIVED else 130)
+    if rv == 130 and _SIGTERM_RECEIVED:  # interrupted by SIGTERM outside a command body: 128 + 15
+        rv = 143
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -359,6 +359,9 @@ def tradeoff_command(
     method_params = {"hdp": {"sweeps_per_release": sweeps_per_release, "max_doc_length": max_doc_length},
                      "olp": {"batch_size": batch_size}}
     check_runs(eps, meths, method_params, n_topics=k, alpha=alpha, beta=beta, iterations=iterations)  # no work yet
+    from textdp.topics.tradeoff import plot_format
+
+    fmt = plot_format(output)  # an unsupported suffix fails before any work
     check_output_path(output, overwrite=overwrite)
     csv_path = output.with_suffix(".csv")
     check_output_path(csv_path, overwrite=overwrite)
@@ -373,11 +376,11 @@ def tradeoff_command(
         df = privacy_utility(train, test, eps, meths, n_topics=k, alpha=alpha, beta=beta, iterations=iterations,
                              seed=seed, progress=lambda d: bar.update(task, advance=1, description=d),
                              method_params=method_params)
-    from textdp.data.io import atomic_output
+    from textdp.data.io import atomic_outputs
 
-    with atomic_output(csv_path) as tmp:
-        df.to_csv(tmp, index=False)
-    plot_privacy_utility(df, output, title=f"{name}: K={k}, {iterations} sweeps")
+    with atomic_outputs([csv_path, output]) as (tmp_csv, tmp_plot):  # both files, or neither
+        df.to_csv(tmp_csv, index=False)
+        plot_privacy_utility(df, tmp_plot, title=f"{name}: K={k}, {iterations} sweeps", format=fmt)
     if json_out:
         print_json({"plot": str(output), "table": str(csv_path), "rows": df.to_dict(orient="records")})
     elif not quiet:

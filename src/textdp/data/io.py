@@ -10,8 +10,13 @@
   excerpt (:func:`textdp.errors.excerpt`).
 * Writers never write in place: :func:`atomic_output` writes to a temporary file
   in the target folder and renames it on success, so a failure leaves nothing
-  behind; an existing output is refused unless ``overwrite=True``; an output
-  equal to the input is always refused.
+  behind; :func:`atomic_outputs` does the same for several files of one result
+  (all of them appear, or none); an existing output is refused unless
+  ``overwrite=True``; an output equal to the input is always refused.
+* Operating-system errors (permission denied, disk full, a file where a folder
+  should be, ...) while reading or writing are raised as InputError/OutputError
+  naming the user's path (not a temporary file); :func:`describe_os_error` words
+  any other OSError the same way.
 * :func:`iter_table_chunks` streams large inputs in chunks of rows (bounded
   memory); :func:`read_table` reads a whole (small or medium) file.
 """
@@ -20,9 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,7 +46,9 @@ __all__ = [
     "iter_table_chunks",
     "write_table",
     "atomic_output",
+    "atomic_outputs",
     "check_output_path",
+    "describe_os_error",
     "guess_text_column",
     "TableWriter",
 ]
@@ -86,8 +95,15 @@ def _check_readable(path: Path) -> None:
         raise InputError(f"input file {str(path)!r} does not exist")
     if path.is_dir():
         raise InputError(f"input {str(path)!r} is a directory, not a file")
-    if path.stat().st_size == 0:
-        raise InputError(f"input file {str(path)!r} is empty")
+    try:
+        if path.stat().st_size == 0:
+            raise InputError(f"input file {str(path)!r} is empty")
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(describe_os_error(exc, path, "read")) from None
 
 
 MAX_COLUMNS = 10_000  # wider delimited files are refused before parsing (a hostile header can hang pandas)
@@ -401,13 +417,132 @@ def _iter_lines_chunks(p: Path, fmt: str, col: str | None, chunksize: int, encod
         raise InputError(f"{p.name}: no rows to read")
 
 
+# ----------------------------------------------------------------------------- operating-system errors
+# errno -> (reason, hint when writing, hint when reading)
+_OS_REASONS = {
+    errno.EACCES: ("permission denied", "choose a writable folder", "check its permissions (ls -l)"),
+    errno.EPERM: ("operation not permitted", "choose a writable folder", "check its permissions (ls -l)"),
+    errno.EROFS: ("read-only file system", "choose a folder on a writable disk", None),
+    errno.ENOSPC: ("no space left on the device", "free some space or write to another disk", None),
+    errno.EDQUOT: ("disk quota exceeded", "free some space or write to another disk", None),
+    errno.EFBIG: ("file too large for the file system", "write to another disk", None),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", "choose a path made of folders", "check the path"),
+    errno.EISDIR: ("it is a folder", "remove or rename the folder, or choose another name", "give a file, not a folder"),
+    errno.EEXIST: ("it already exists", "remove or rename it, or choose another name", None),
+    errno.ENOENT: ("no such file or folder", "create its folder first", "check the path"),
+    errno.ENAMETOOLONG: ("the name is too long", "choose a shorter name", "check the path"),
+    errno.ELOOP: ("too many levels of symbolic links", "check the links on the path", "check the links on the path"),
+    errno.EIO: ("input/output error", "check the disk", "check the disk"),
+    errno.EMFILE: ("too many open files", "raise the limit (ulimit -n)", "raise the limit (ulimit -n)"),
+    errno.ENFILE: ("too many open files in the system", "close other programs and retry", "close other programs and retry"),
+    errno.EBUSY: ("the file or device is busy", "retry later or choose another name", "retry later"),
+    errno.ETXTBSY: ("the file is busy", "retry later or choose another name", "retry later"),
+}
+#: errnos that only a write can cause: such an error without a file name is attributed to the output
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+#: temporary names made by atomic_output(s)/atomic_output_dir: ".NAME.XXXXXXXX.tmp" (or .old)
+_TMP_NAME = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.(?:tmp|old)$")
+
+
+def is_user_os_error(exc: BaseException) -> bool:
+    """True for an OSError caused by the environment (permissions, a full disk, a file where a
+    folder should be, ...): :func:`describe_os_error` words it; anything else is a bug."""
+    return isinstance(exc, OSError) and getattr(exc, "errno", None) in _OS_REASONS
+
+
+def _user_path(name) -> str | None:
+    """The user's path for a file name in an OSError (a temporary name maps to its target)."""
+    if name is None:
+        return None
+    p = Path(os.fsdecode(name))
+    m = _TMP_NAME.match(p.name)
+    return str(p.with_name(m["name"])) if m else str(p)
+
+
+def describe_os_error(exc: OSError, path: str | os.PathLike | None = None, action: str | None = None) -> str:
+    """One line for an operating-system error: ``cannot ACTION 'PATH': REASON; HINT``.
+
+    ``path`` defaults to the error's file name (a temporary file of :func:`atomic_output` is named
+    by its target). ``action`` is ``"read"`` or ``"write"``; when None it is guessed from the error
+    (disk full, read-only file system: write; an existing file that cannot be opened: read).
+    """
+    code = getattr(exc, "errno", None)
+    name = str(path) if path is not None else _user_path(getattr(exc, "filename", None))
+    if action is None:
+        if code in _WRITE_ERRNOS:
+            action = "write"
+        elif code in (errno.EACCES, errno.EPERM) and name and os.path.isfile(name):
+            # an existing file: reading it failed, unless it is readable but read-only
+            action = "write" if os.access(name, os.R_OK) and not os.access(name, os.W_OK) else "read"
+        elif code in (errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.EEXIST):
+            action = "write"
+        else:
+            action = "use"
+    reason, write_hint, read_hint = _OS_REASONS.get(code, (None, None, None))
+    if reason is None:
+        reason = (exc.strerror or type(exc).__name__).lower() if getattr(exc, "strerror", None) else \
+            excerpt(str(exc) or type(exc).__name__, 100)
+    if code == errno.EEXIST and name and os.path.exists(name) and not os.path.isdir(name):
+        reason, write_hint = "a file of that name is in the way, not a folder", "remove or rename the file, or choose another name"
+    if code == errno.ENOTDIR and name:  # name the file that stands where a folder should be
+        above = Path(name).parent
+        while str(above) not in ("", ".", above.anchor) and not os.path.isfile(above):
+            above = above.parent
+        if os.path.isfile(above):
+            reason = f"{str(above)!r} is a file, not a folder"
+    hint = read_hint if action == "read" else write_hint
+    hint = hint or ("check the path and its permissions" if action != "write" else "choose another output")
+    where = f" {name!r}" if name else ""
+    return f"cannot {action}{where}: {reason}; {hint}"
+
+
+def _write_error(exc: OSError, out: Path) -> OutputError:
+    """OutputError naming the output ``out`` for an OSError raised while writing it."""
+    if isinstance(exc, OutputError):
+        return exc
+    return OutputError(describe_os_error(exc, out, "write"))
+
+
+def _is_about(exc: OSError, paths) -> bool:
+    """The error names one of ``paths`` (as its file name or second file name)."""
+    want = {os.path.abspath(p) for p in paths}
+    return any(n is not None and os.path.abspath(os.fsdecode(n)) in want
+               for n in (getattr(exc, "filename", None), getattr(exc, "filename2", None)))
+
+
+def _check_parent(out: Path, create_parents: bool) -> None:
+    """The folder of ``out`` exists and can take new files (or, with ``create_parents``, the first
+    existing folder above it can); OutputError otherwise. Advisory: the write itself still checks."""
+    parent = out.parent if str(out.parent) else Path(".")
+    first = parent
+    while not first.exists() and first != first.parent:
+        if first.is_symlink():  # a dangling link is in the way
+            raise OutputError(f"cannot write {str(out)!r}: {str(first)!r} is a broken link; remove it or "
+                              "choose another output")
+        first = first.parent
+    if first.exists() and not first.is_dir():
+        raise OutputError(f"cannot write {str(out)!r}: {str(first)!r} is a file, not a folder; choose another output")
+    if first != parent and not create_parents:
+        raise OutputError(f"folder {str(parent)!r} of the output does not exist; create it first")
+    if first.is_dir() and not os.access(first, os.W_OK | os.X_OK):
+        try:
+            ro = bool(os.statvfs(first).f_flag & os.ST_RDONLY)
+        except (OSError, AttributeError):
+            ro = False
+        why = "it is on a read-only file system" if ro else "permission denied"
+        raise OutputError(f"cannot write {str(out)!r}: {why} (folder {str(first)!r}); choose a writable folder")
+
+
 def check_output_path(
-    output: str | os.PathLike, inputs: list[str | os.PathLike] | None = None, overwrite: bool = False
+    output: str | os.PathLike, inputs: list[str | os.PathLike] | None = None, overwrite: bool = False,
+    create_parents: bool = False,
 ) -> Path:
     """Validate an output path before any work is done.
 
     Raises OutputError when the output is one of the inputs (never allowed), exists
-    and ``overwrite`` is False, or its folder does not exist.
+    and ``overwrite`` is False, is a folder, or its folder does not exist (allowed with
+    ``create_parents`` when the first existing folder above it is a folder), is a file,
+    or cannot take new files (permissions, read-only file system).
     """
     out = Path(output)
     for inp in inputs or []:
@@ -420,29 +555,127 @@ def check_output_path(
         raise OutputError(f"output {str(out)!r} already exists; pass --overwrite to replace it")
     if out.exists() and out.is_dir():
         raise OutputError(f"output {str(out)!r} is a directory; give a file name")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.exists():
-        raise OutputError(f"folder {str(parent)!r} of the output does not exist; create it first")
+    _check_parent(out, create_parents)
     return out
 
 
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, mode: str = "wb"):
     """Write ``path`` atomically: yields a temporary path in the same folder, which is
-    renamed onto ``path`` when the block succeeds and deleted when it fails."""
-    out = Path(path)
-    parent = out.parent if str(out.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
-    os.close(fd)
+    renamed onto ``path`` when the block succeeds and deleted when it fails.
+
+    Raises OutputError (naming ``path``, not the temporary file) for an operating-system
+    error while creating, writing or renaming it: permission denied, disk full, a folder
+    of that name, ...
+    """
+    with atomic_outputs([path]) as (tmp,):
+        yield tmp
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; returns those created (outermost first)."""
+    missing = []
+    p = folder
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    created = []
+    for d in reversed(missing):
+        d.mkdir()
+        created.append(d)
+    return created
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    for d in reversed(dirs):
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only if still empty
+
+
+@contextlib.contextmanager
+def atomic_outputs(paths, create_parents: bool = False):
+    """Write several files of one result all-or-nothing.
+
+    Yields a list of temporary paths (one per entry of ``paths``, in the same folder as its
+    target). When the block succeeds they are renamed onto their targets; when the block
+    fails or is interrupted (KeyboardInterrupt, SIGTERM), or a rename fails, the temporary
+    files are deleted, targets already replaced get their old contents back, and folders
+    created for the outputs (``create_parents``) are removed: either every file appears,
+    or none does. An existing target is replaced (check with :func:`check_output_path` first).
+
+    Raises OutputError naming the target for an operating-system error while creating,
+    writing or renaming a file.
+    """
+    outs = [Path(p) for p in paths]
+    temps: list[Path] = []
+    created: list[Path] = []
+    done: list[tuple[Path, Path | None, bool]] = []  # (target, backup of its old contents, existed)
     try:
-        yield Path(tmp)
-        with contextlib.suppress(FileNotFoundError):  # mkstemp makes 0600: give the usual 0o666 & ~umask
-            os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        for out in outs:
+            if out.is_dir() and not out.is_symlink():
+                raise OutputError(f"cannot write {str(out)!r}: it is a folder; remove or rename the folder, or "
+                                  "choose another name")
+        for out in outs:
+            parent = out.parent if str(out.parent) else Path(".")
+            try:
+                if create_parents:
+                    created += _make_parents(parent)
+                fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
+            except OSError as exc:
+                raise _write_error(exc, out) from None
+            os.close(fd)
+            temps.append(Path(tmp))
+        yield list(temps)
+        mask = 0o666 & ~_umask()  # mkstemp makes 0600: give the usual 0o666 & ~umask
+        for out, tmp in zip(outs, temps):
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(tmp, mask)
+                existed = out.exists() or out.is_symlink()
+                # several files: keep the old contents until all are in place (a hard link, no gap)
+                backup = _backup(out) if len(outs) > 1 and existed and out.is_file() else None
+                done.append((out, backup, existed))
+                os.replace(tmp, out)
+            except OSError as exc:
+                raise _write_error(exc, out) from None
+        for _, backup, _ in done:
+            if backup is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(backup)
+    except BaseException as exc:
+        for tmp in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        for out, backup, existed in reversed(done):  # undo the renames already made
+            with contextlib.suppress(OSError):
+                if backup is not None:
+                    os.replace(backup, out)
+                    if os.path.lexists(backup) and os.path.samefile(backup, out):
+                        os.unlink(backup)  # out was never replaced: rename() of a file onto itself is a no-op
+                elif not existed:
+                    os.unlink(out)
+        _remove_empty(created)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            hit = next((o for o, t in zip(outs, temps) if _is_about(exc, {o, t})), None)
+            if hit is None and getattr(exc, "filename", None) is None and exc.errno in _WRITE_ERRNOS:
+                hit = outs[0] if len(outs) == 1 else (outs[0].parent if str(outs[0].parent) else Path("."))
+            if hit is not None:
+                raise _write_error(exc, hit) from None
         raise
+
+
+def _backup(out: Path) -> Path:
+    """A hard link to ``out`` under a temporary name (a copy where links are not supported)."""
+    fd, bak = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent if str(out.parent) else ".")
+    os.close(fd)
+    os.unlink(bak)
+    try:
+        os.link(out, bak)
+    except OSError:
+        import shutil
+
+        shutil.copy2(out, bak)
+    return Path(bak)
 
 
 def _write_frame(df: pd.DataFrame, path: Path, fmt: str, text_column: str, header: bool = True, append=False):
@@ -563,7 +796,8 @@ def check_output_dir(
     Refuses (OutputError) when: an input lies inside (or is) the folder; it is a file;
     it is a non-empty folder and ``overwrite`` is False; it is a non-empty folder not
     written by textdp (no marker), even with ``overwrite``; its parent folder is
-    missing (unless ``create_parents``). An existing empty folder may be used.
+    missing (unless ``create_parents``), is a file, or cannot take new folders
+    (permissions, read-only file system). An existing empty folder may be used.
     """
     out = Path(path)
     target = out.resolve()
@@ -580,10 +814,7 @@ def check_output_dir(
             raise OutputError(f"output folder {str(out)!r} already exists; pass --overwrite to replace it")
         if not is_textdp_output(out):
             raise OutputError(f"folder {str(out)!r} exists and was not written by textdp; choose another --output")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        if not create_parents:
-            raise OutputError(f"folder {str(parent)!r} of the output does not exist; create it first")
+    _check_parent(out, create_parents)
     return out
 
 
@@ -604,38 +835,65 @@ def atomic_output_dir(
     untouched. An existing folder is only ever replaced when it is empty, or when
     ``overwrite`` is True and it carries a textdp marker (see :func:`check_output_dir`,
     which is called first and again just before the swap). New folders get the
-    permissions ``0o777 & ~umask``.
+    permissions ``0o777 & ~umask``. Parent folders made for it (``create_parents``) are
+    removed again when the block fails. Raises OutputError naming ``path`` (or the file
+    in it) for an operating-system error: permission denied, disk full, ...
     """
     out = check_output_dir(path, overwrite, inputs, create_parents)
     parent = out.parent if str(out.parent) else Path(".")
-    if create_parents:
-        parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+    created: list[Path] = []
+    tmp = None
     try:
-        os.chmod(tmp, 0o777 & ~_umask())
+        try:
+            if create_parents:
+                created = _make_parents(parent)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+            os.chmod(tmp, 0o777 & ~_umask())
+        except OSError as exc:
+            raise _write_error(exc, out) from None
         yield tmp
         try:
             from textdp import __version__ as version
         except Exception:  # noqa: BLE001
             version = None
-        (tmp / OUTPUT_MARKER).write_text(
-            json.dumps({"format": "textdp-output", "kind": kind, "textdp_version": version}), "utf-8")
+        try:
+            (tmp / OUTPUT_MARKER).write_text(
+                json.dumps({"format": "textdp-output", "kind": kind, "textdp_version": version}), "utf-8")
+        except OSError as exc:
+            raise _write_error(exc, out) from None
         check_output_dir(out, overwrite, inputs, create_parents)  # re-check: the folder may have changed meanwhile
-        if out.is_dir() and any(out.iterdir()):
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
-            os.replace(out, old / "d")
-            try:
-                os.replace(tmp, out)
-            except BaseException:
-                os.replace(old / "d", out)
-                raise
-            import shutil
+        try:
+            if out.is_dir() and any(out.iterdir()):
+                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
+                os.replace(out, old / "d")
+                try:
+                    os.replace(tmp, out)
+                except BaseException:
+                    os.replace(old / "d", out)
+                    with contextlib.suppress(OSError):
+                        old.rmdir()
+                    raise
+                import shutil
 
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)  # onto a missing or empty folder
-    except BaseException:
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, out)  # onto a missing or empty folder
+        except OSError as exc:
+            raise _write_error(exc, out) from None
+    except BaseException as exc:
         import shutil
 
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(created)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError) and tmp is not None:
+            name = getattr(exc, "filename", None)
+            inside = None
+            if name is not None:
+                with contextlib.suppress(ValueError):
+                    inside = Path(os.path.abspath(os.fsdecode(name))).relative_to(os.path.abspath(tmp))
+            if inside is not None:
+                raise _write_error(exc, out / inside) from None
+            if name is None and exc.errno in _WRITE_ERRNOS:
+                raise _write_error(exc, out) from None
         raise

@@ -10,7 +10,21 @@ from typing import Callable, Sequence
 from textdp.errors import ParameterError
 from textdp.topics.corpus import Corpus
 
-__all__ = ["privacy_utility", "plot_privacy_utility", "check_runs"]
+__all__ = ["privacy_utility", "plot_privacy_utility", "plot_format", "check_runs"]
+
+
+def plot_format(path: str | Path) -> str:
+    """The image format of plot file ``path`` from its suffix (``png``, ``pdf``, ``svg``, or any
+    other format matplotlib writes). Raises ParameterError for a missing or unsupported suffix, so
+    a bad name fails before any work."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    known = FigureCanvasBase.get_supported_filetypes()
+    fmt = Path(path).suffix.lstrip(".").lower()
+    if fmt not in known:
+        got = f"suffix {'.' + fmt!r}" if fmt else "no suffix"
+        raise ParameterError(f"plot file {str(path)!r} has {got}; use .png, .pdf or .svg")
+    return fmt
 
 
 def check_runs(epsilons: Sequence[float], methods: Sequence[str], method_params: dict | None = None, **common) -> None:
@@ -74,8 +88,11 @@ _LABELS = {"hdp": "HDP-LDA (central, ε per document)", "lp": "LP-LDA (local, ε
            "olp": "OLP-LDA (local, ε per word)", "hdp-paper": "HDP-LDA, paper's Δ₁=2"}
 
 
-def plot_privacy_utility(df, path: str | Path, title: str = "") -> Path:
-    """Perplexity (log scale) against ε (log scale) per method, non-private as a dashed line. Writes PNG/PDF/SVG."""
+def plot_privacy_utility(df, path: str | Path, title: str = "", format: str | None = None) -> Path:
+    """Perplexity (log scale) against ε (log scale) per method, non-private as a dashed line, written
+    atomically to ``path`` as PNG/PDF/SVG: ``format``, or from the suffix (:func:`plot_format`; raises
+    ParameterError for an unsupported one)."""
+    fmt = format or plot_format(path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,6 +117,6 @@ def plot_privacy_utility(df, path: str | Path, title: str = "") -> Path:
 
     out = Path(path)
     with atomic_output(out) as tmp:
-        fig.savefig(tmp, format=out.suffix.lstrip(".") or "png", dpi=120)
+        fig.savefig(tmp, format=fmt, dpi=120)
     plt.close(fig)
     return out
