@@ -128,3 +128,60 @@ def test_public_vocabulary_is_used_as_given():
     assert c.vocabulary == ["banana", "cherry", "apple"]
     assert c.preprocessing["public_vocabulary"] is True
     assert sorted(c.documents()[0].tolist()) == [0, 2]  # zebra (not in the vocabulary) dropped
+
+
+def _truncate(p, n=100):
+    p.write_bytes(p.read_bytes()[:n])
+
+
+def _edit_json(field, value=None, delete=False):
+    def edit(p):
+        meta = json.loads(p.read_text())
+        if delete:
+            del meta[field]
+        else:
+            meta[field] = value
+        p.write_text(json.dumps(meta))
+    return edit
+
+
+@pytest.mark.parametrize("name,damage,needle", [
+    ("model.npz", _truncate, "model.npz: BadZipFile"),                      # `head -c 100 model.npz`
+    ("model.npz", lambda p: p.write_bytes(b""), "model.npz"),
+    ("model.npz", lambda p: p.write_bytes(b"PK\x03\x04" + b"\0" * 60), "model.npz"),
+    ("model.json", lambda p: p.write_text("{not json"), "model.json: JSONDecodeError"),
+    ("model.json", lambda p: p.write_bytes(b"\xff\xfe\x00"), "model.json"),
+    ("model.json", _edit_json("vocabulary", delete=True), "lacks the field 'vocabulary'"),
+    ("model.json", _edit_json("vocabulary", ["a", "b"]), "does not match a vocabulary of 2"),
+    ("model.json", _edit_json("guarantee", {"kind": "martian"}), "model.json and model.npz"),
+    ("model.json", _edit_json("format_version", "x"), "model.json"),
+])
+def test_corrupt_model_files_give_one_line_input_error(model, tmp_path, name, damage, needle):
+    out = model.save(tmp_path / "m")
+    damage(out / name)
+    with pytest.raises(InputError) as ei:
+        load_model(out)
+    msg = str(ei.value)
+    assert "cannot read the model" in msg and needle in msg and "\n" not in msg
+
+
+def test_corrupt_model_cli_exit_2(model, tmp_path):
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+
+    out = model.save(tmp_path / "m2")
+    _truncate(out / "model.npz")
+    for cmd in (["topics", "show", str(out)], ["topics", "evaluate", str(out), "--no-coherence"],
+                ["topics", "export", str(out), "-o", str(tmp_path / "exp")]):
+        r = CliRunner().invoke(app, cmd)
+        assert r.exit_code == 2, r.output
+        assert "cannot read the model" in r.output and "unexpected" not in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "exp").exists()
+
+
+def test_model_json_with_wrong_types_is_an_input_error(model, tmp_path):
+    out = model.save(tmp_path / "m")
+    _edit_json("info", [1, 2])(out / "model.json")
+    with pytest.raises(InputError, match="'info' is not an object"):
+        load_model(out)

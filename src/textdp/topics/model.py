@@ -25,6 +25,8 @@ import contextlib
 import json
 import os
 import time
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,25 +177,54 @@ class TopicModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TopicModel":
-        """Load a folder written by :meth:`save`. Raises InputError when it is not a textdp topic model."""
+        """Load a folder written by :meth:`save`.
+
+        Raises InputError (one line, "cannot read the model ...") when it is not a textdp
+        topic model or a file in it is truncated, corrupt or inconsistent (not a zip/npz,
+        malformed JSON, missing fields, a matrix that does not match the vocabulary).
+        """
         p = Path(path)
         if not (p / "model.json").is_file() or not (p / "model.npz").is_file():
             raise InputError(f"{str(p)!r} is not a textdp topic model folder (model.json and model.npz missing)")
+
+        def unreadable(name: str, exc: BaseException) -> InputError:
+            why = str(exc).splitlines()[0][:100] if str(exc) else ""
+            return InputError(f"{str(p)!r}: cannot read the model ({name}: {type(exc).__name__}"
+                              f"{': ' + why if why else ''}); train it again or restore the folder")
+
         try:
             meta = json.loads((p / "model.json").read_text("utf-8"))
-            with np.load(p / "model.npz") as z:
-                phi = z["topic_word"]
-                counts = z["topic_word_counts"] if "topic_word_counts" in z.files else None
-        except (ValueError, KeyError, OSError) as exc:
-            raise InputError(f"{str(p)!r}: cannot read the model ({type(exc).__name__}: {str(exc)[:100]})") from None
-        if meta.get("format") != "textdp-topic-model":
+        except (ValueError, OSError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise unreadable("model.json", exc) from None
+        if not isinstance(meta, dict) or meta.get("format") != "textdp-topic-model":
             raise InputError(f"{str(p)!r}: model.json is not a textdp topic model")
-        if int(meta.get("format_version", 0)) > FORMAT_VERSION:
+        try:
+            version = int(meta.get("format_version", 0))
+        except (TypeError, ValueError) as exc:
+            raise unreadable("model.json", exc) from None
+        if version > FORMAT_VERSION:
             raise InputError(f"{str(p)!r}: saved by a newer textdp (format {meta['format_version']}); upgrade textdp")
-        return cls(topic_word=phi, vocabulary=meta["vocabulary"], alpha=meta["alpha"], beta=meta["beta"],
-                   method=meta["method"], params=meta.get("params", {}),
-                   guarantee=guarantee_from_dict(meta["guarantee"]), accounting=meta.get("accounting", {}),
-                   info=meta.get("info", {}), seed=meta.get("seed", {}), topic_word_counts=counts)
+        try:  # a truncated or garbled npz: BadZipFile, EOFError, zlib.error, ValueError (bad header), KeyError
+            with np.load(p / "model.npz", allow_pickle=False) as z:
+                phi = np.asarray(z["topic_word"])
+                counts = np.asarray(z["topic_word_counts"]) if "topic_word_counts" in z.files else None
+        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, KeyError, OSError) as exc:
+            raise unreadable("model.npz", exc) from None
+        missing = [k for k in ("vocabulary", "alpha", "beta", "method", "guarantee") if k not in meta]
+        if missing:
+            raise InputError(f"{str(p)!r}: cannot read the model (model.json lacks the field {missing[0]!r}); "
+                             "train it again or restore the folder")
+        bad = [k for k in ("params", "accounting", "info", "seed") if not isinstance(meta.get(k, {}), dict)]
+        if bad:
+            raise InputError(f"{str(p)!r}: cannot read the model (model.json field {bad[0]!r} is not an object); "
+                             "train it again or restore the folder")
+        try:
+            return cls(topic_word=phi, vocabulary=list(meta["vocabulary"]), alpha=float(meta["alpha"]),
+                       beta=float(meta["beta"]), method=str(meta["method"]), params=meta.get("params", {}),
+                       guarantee=guarantee_from_dict(meta["guarantee"]), accounting=meta.get("accounting", {}),
+                       info=meta.get("info", {}), seed=meta.get("seed", {}), topic_word_counts=counts)
+        except (KeyError, TypeError, ValueError) as exc:  # ParameterError too: φ does not match the vocabulary, ...
+            raise unreadable("model.json and model.npz", exc) from None
 
     def export(self, path: str | os.PathLike, format: str = "gensim", top_n: int = 20, overwrite: bool = False) -> list[Path]:
         """Export to ``gensim`` (topics.npy + dictionary.txt) or ``csv`` (topic_word.csv + top_words.csv) in folder ``path``.
