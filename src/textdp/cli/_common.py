@@ -1,7 +1,8 @@
 """Shared CLI plumbing: error handling, exit codes, consoles, common options.
 
-Exit codes: 0 ok; 2 bad usage or bad input (one line, no traceback);
-1 unexpected error (with a hint to report it). Progress and messages go to
+Exit codes: 0 ok; 2 bad usage, bad input or an environment error such as
+permission denied or a full disk (one line, no traceback); 1 unexpected error
+(with a hint to report it); 130 Ctrl-C, 143 SIGTERM (no output left behind). Progress and messages go to
 stderr; results go to stdout.
 """
 
