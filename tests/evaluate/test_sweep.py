@@ -226,3 +226,11 @@ def test_cli_pretraining_writes_its_result_and_names_what_it_ignores(tmp_path, m
     assert json.loads((out / "pretraining.json").read_text())["gain"] == 0.02
     r = CliRunner().invoke(app, ["evaluate", "--pretraining", "tiny", "-m", "santext", "-e", "3", "-o", str(out)])
     assert r.exit_code == 2 and "--overwrite" in r.output
+
+
+def test_an_output_under_a_file_is_refused_with_the_users_path(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("x")
+    with pytest.raises(OutputError, match="notes.txt' is a file"):
+        run_sweep(SweepConfig("rotten-tomatoes", ["santext"], [3.0], max_docs=20, attacks=[]), f / "ev")
+    assert f.read_text() == "x"

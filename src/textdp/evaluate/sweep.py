@@ -266,6 +266,12 @@ def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = Fals
     out = Path(output)
     if out.exists() and not out.is_dir():
         raise OutputError(f"--output {str(out)!r} is a file; give a folder for the report")
+    for up in out.parents:  # a file in the way is reported with the user's path, before any work
+        if up.exists():
+            if not up.is_dir():
+                raise OutputError(f"cannot write {str(out)!r}: {str(up)!r} is a file, not a folder; "
+                                  "choose another --output")
+            break
     if (out / "results.json").exists() and not overwrite:
         raise OutputError(f"{str(out)!r} already holds a finished report; pass --overwrite or another --output")
     say = stage or (lambda s: None)
