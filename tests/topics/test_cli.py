@@ -91,3 +91,31 @@ def test_unknown_dataset_names_the_built_in_ones(tmp_path):
     r = CliRunner().invoke(app, ["topics", "train", "nope-ds", "-q", "--no-ledger", "-o", str(tmp_path / "m")])
     assert r.exit_code == 2 and "neither a file nor a built-in dataset" in r.output and "rotten-tomatoes" in r.output
     assert not (tmp_path / "m").exists()
+
+
+def test_evaluate_file_trained_model_requires_held_out_input(corpus_file, tmp_path):
+    out = tmp_path / "model"
+    r = _run("topics", "train", corpus_file, "--k", 3, "-i", 5, "--min-count", 1, "--seed", 0, "-o", out,
+             "--no-ledger", "-q")
+    assert r.exit_code == 0, r.output
+    r = _run("topics", "evaluate", out, "-i", 3, "--burn-in", 1)  # no INPUT: the training file is not held out
+    assert r.exit_code == 2, r.output
+    assert "give held-out documents as INPUT" in r.output and "perplexity" not in r.output
+    r = _run("topics", "evaluate", out, corpus_file, "-i", 3, "--burn-in", 1, "--seed", 0)  # -i like train/tradeoff
+    assert r.exit_code == 0, r.output
+    assert f"3 sweeps, burn-in 1) on {corpus_file}: " in r.output
+
+
+def test_evaluate_builtin_model_uses_and_names_the_test_split(tmp_path):
+    import numpy as np
+
+    from textdp.topics import TopicModel
+
+    vocab = ["said", "year", "people", "government", "film", "music", "game", "market"]
+    phi = np.random.default_rng(0).dirichlet(np.ones(len(vocab)), size=2)  # test data, not DP noise
+    out = TopicModel(phi, vocab, alpha=0.1, beta=0.01, info={"input": "bbc-news"}).save(tmp_path / "m")
+    r = _run("topics", "evaluate", out, "-i", 2, "--burn-in", 1, "--limit", 8, "--no-coherence", "--seed", 0)
+    assert r.exit_code == 0, r.output
+    assert "on bbc-news (test split):" in r.output
+    r = _run("topics", "evaluate", out, "-i", 2, "--burn-in", 1, "--limit", 8, "--no-coherence", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["split"] == "test"

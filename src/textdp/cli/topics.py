@@ -252,47 +252,60 @@ def show_command(
 def evaluate_command(
     model_dir: Path = typer.Argument(..., help="A model folder written by `textdp topics train`."),
     input: Optional[str] = typer.Argument(None, help="Held-out documents: a built-in dataset (its test split) or a "
-                                          "file. Default: the dataset the model was trained on."),
+                                          "file. Default: the test split of the built-in dataset the model was "
+                                          "trained on; required for a model trained on a file."),
     protocol: str = typer.Option("fold-in", "--protocol", help="fold-in | completion (see docs/topics.md)."),
-    iterations: int = typer.Option(50, "--iterations", help="Fold-in sweeps per held-out document."),
+    iterations: int = typer.Option(50, "--iterations", "-i", help="Fold-in sweeps per held-out document."),
     burn_in: int = typer.Option(10, "--burn-in", help="Fold-in sweeps discarded before averaging θ."),
-    coherence: bool = typer.Option(True, "--coherence/--no-coherence", help="NPMI coherence over the training split."),
+    coherence: bool = typer.Option(True, "--coherence/--no-coherence", help="NPMI coherence over the built-in "
+                                   "dataset's train split, or over INPUT when it is a file."),
     top: int = typer.Option(10, "--top", help="Top words per topic for NPMI."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column holding the text (files)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N held-out documents."),
     seed: Optional[int] = opt_seed(),
     json_out: bool = opt_json(),
 ):
-    """Held-out perplexity (fixed fold-in protocol) and NPMI coherence of a saved model."""
+    """Held-out perplexity (fixed fold-in protocol) and NPMI coherence of a saved model.
+
+    Held-out documents: INPUT, or the test split of the built-in dataset the model was trained
+    on; a model trained on a file needs INPUT (its training file is not held out).
+    """
     from textdp.errors import InputError
     from textdp.topics import load_model
+
+    from textdp.data.datasets import is_builtin
 
     model = load_model(model_dir)
     src = input or model.info.get("input")
     if not src:
-        raise InputError("the model does not record its training input; give the held-out INPUT")
-    from textdp.data.datasets import is_builtin
-
+        raise InputError("the model does not record its training input; give the held-out documents as INPUT")
+    if input is None and not is_builtin(src):  # the training file is not held out: never label it so
+        raise InputError(f"the model was trained on the file {src!r}; give held-out documents as INPUT "
+                         f"(textdp topics evaluate {model_dir} HELD_OUT_FILE)")
     if is_builtin(src):
         held, _, name = _load_texts(src, "test", None, limit)
+        split, label, coherence_on = "test", f"{name} (test split)", f"{name} (train split)"
         train_texts = _load_texts(src, "train", None, None)[0] if coherence else None
     else:
         held, _, name = _load_texts(src, "all", text_column, limit)
+        split, label, coherence_on = "all", name, name
         train_texts = held if coherence else None
-    res = {"model": str(model_dir), "input": name, "protocol": protocol, "fold_in_iterations": iterations,
-           "burn_in": burn_in, "perplexity": model.perplexity(held, protocol, iterations, burn_in, seed)}
+    res = {"model": str(model_dir), "input": name, "split": split, "protocol": protocol,
+           "fold_in_iterations": iterations, "burn_in": burn_in,
+           "perplexity": model.perplexity(held, protocol, iterations, burn_in, seed)}
     if coherence:
         c = model.coherence(train_texts, top)
+        res["npmi_on"] = coherence_on
         res["npmi_mean"] = float(c.mean())
         res["npmi_per_topic"] = [float(x) for x in c]
     if json_out:
         print_json(res)
         return
-    out_console.print(f"held-out perplexity ({protocol}, {iterations} sweeps, burn-in {burn_in}) on {name}: "
-                      f"{res['perplexity']:.1f}", highlight=False, markup=False)
+    out_console.print(f"held-out perplexity ({protocol}, {iterations} sweeps, burn-in {burn_in}) on {label}: "
+                      f"{res['perplexity']:.1f}", highlight=False, markup=False, soft_wrap=True)
     if coherence:
-        out_console.print(f"NPMI coherence (top {top}, mean over {model.n_topics} topics): {res['npmi_mean']:.3f}",
-                          highlight=False)
+        out_console.print(f"NPMI coherence (top {top}, mean over {model.n_topics} topics) on {coherence_on}: "
+                          f"{res['npmi_mean']:.3f}", highlight=False, markup=False, soft_wrap=True)
 
 
 @topics_app.command("export")
