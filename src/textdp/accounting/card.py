@@ -46,10 +46,14 @@ def card_path(output: str | os.PathLike) -> Path:
 
 
 def check_card_path(output: str | os.PathLike, overwrite: bool = False) -> Path:
-    """The card path of ``output``; OutputError if it exists and ``overwrite`` is False."""
+    """The card path of ``output``; OutputError if it exists and ``overwrite`` is False,
+    or if it is a folder or a link (never replaced, even with ``overwrite``)."""
     from textdp.errors import OutputError
 
     p = card_path(output)
+    if p.is_dir() or p.is_symlink():
+        raise OutputError(f"cannot write {str(p)!r}: it is a {'folder' if p.is_dir() else 'link'} (the privacy "
+                          "card's path); move it away or choose another --output")
     if p.exists() and not overwrite:
         raise OutputError(f"privacy card {str(p)!r} already exists; pass --overwrite to replace it")
     return p
