@@ -139,7 +139,7 @@ class HDPLDA:
     PLD accountant (:func:`laplace_composition`). The inherent randomness of CGS is
     *not* credited (it is data-dependent, spec B.2). Topic assignments and
     document-topic counts are never released. ε must be at least Δ₁·R/2^48
-    (:data:`HDP_MAX_SCALE`, the exact sampler's noise scale limit; 2.9e-10 with the
+    (:data:`HDP_MAX_SCALE`, the exact sampler's noise scale limit; 2.85e-10 with the
     defaults), else ParameterError at construction.
     """
 

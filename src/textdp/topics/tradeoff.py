@@ -54,8 +54,9 @@ def privacy_utility(train: Corpus, test: Corpus, epsilons: Sequence[float], meth
     seconds; the non-private run is the row with method ``none`` and epsilon inf.
     Every (method, ε) is validated before the first run (ParameterError, nothing trained).
     ``method_params``: extra keyword arguments per method (e.g. {"olp": {"batch_size": 500}}).
-    LP/OLP-LDA get ε through f = 2/(e^{ε/2}+1) (ε per replaced word, local); HDP-LDA's
-    ε is per document for the whole run. The units differ; the plot labels them.
+    LP/OLP-LDA get ε through f = 2/(e^{ε/2}+1) (local DP per replaced word; each document
+    reports once, so it covers the whole run); HDP-LDA's ε is central DP per document for the
+    whole run (all releases composed). The neighbouring relations differ; the plot's legend names them.
     """
     import pandas as pd
 
@@ -84,8 +85,11 @@ def privacy_utility(train: Corpus, test: Corpus, epsilons: Sequence[float], meth
     return pd.DataFrame(rows)
 
 
-_LABELS = {"hdp": "HDP-LDA (central, ε per document)", "lp": "LP-LDA (local, ε per word)",
-           "olp": "OLP-LDA (local, ε per word)", "hdp-paper": "HDP-LDA, paper's Δ₁=2"}
+# Every method's ε covers the whole training run (HDP-LDA: all noisy releases composed; LP/OLP-LDA: each
+# document reports once); what differs is the neighbouring relation, which the legend names.
+_LABELS = {"hdp": "HDP-LDA (central DP, ε per document)", "lp": "LP-LDA (local DP, ε per replaced word)",
+           "olp": "OLP-LDA (local DP, ε per replaced word)", "hdp-paper": "HDP-LDA (paper's Δ₁=2, ε per token)"}
+XLABEL = "ε for the whole training run (unit per method: see legend)"
 
 
 def plot_privacy_utility(df, path: str | Path, title: str = "", format: str | None = None) -> Path:
@@ -107,7 +111,7 @@ def plot_privacy_utility(df, path: str | Path, title: str = "", format: str | No
         ax.axhline(float(base.perplexity.iloc[0]), color="k", ls="--", label="non-private CGS")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("ε (whole run)")
+    ax.set_xlabel(XLABEL)
     ax.set_ylabel("held-out perplexity")
     ax.set_title(title or "Privacy-utility trade-off of DP LDA")
     ax.legend(fontsize=8)
