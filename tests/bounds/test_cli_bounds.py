@@ -68,3 +68,40 @@ def test_dpsgd_cli_small(tmp_path):
     d = json.loads(r.stdout)
     assert d["epochs"][0]["eta_max"] >= d["epochs"][0]["eta_median"] > 0
     assert out.exists()
+
+
+@pytest.mark.parametrize("cmd,args,needle", [
+    ("glm", ["--targets", "0"], "--targets must be at least 1"),
+    ("glm", ["--targets", "-3"], "--targets must be at least 1"),           # was a ValueError (exit 1)
+    ("glm", ["--targets", "50", "--n-records", "20"], "--targets 50 is more than --n-records 20"),
+    ("glm", ["--trials", "-1"], "--trials must be at least 0"),
+    ("glm", ["--max-features", "0"], "--max-features must be at least 1"),
+    ("glm", ["--n-records", "1"], "--n-records must be 0 (all records) or at least 2"),
+    ("glm", ["--features", "bert"], "--features must be 'tfidf' or 'glove'"),
+    ("glm", ["--sigma", "0"], "--sigma must be a positive"),
+    ("glm", ["--lam", "-1"], "--lam must be a positive"),
+    ("dpsgd", ["--epochs", "0"], "--epochs must be at least 1"),
+    ("dpsgd", ["--probes", "0"], "--probes must be at least 1"),
+    ("dpsgd", ["--batch-size", "0"], "--batch-size must be at least 1"),
+    ("dpsgd", ["--clip", "0"], "--clip must be a positive"),
+    ("dpsgd", ["--noise-multiplier", "0"], "--noise-multiplier must be a positive"),
+    ("dpsgd", ["--lr", "0"], "--lr must be a positive"),
+    ("dpsgd", ["--delta", "2"], "--delta must be in (0, 1)"),
+    ("dpsgd", ["--subsampling", "x"], "--subsampling must be"),
+    ("dpsgd", ["--model", "mlp", "--hidden", "0"], "--hidden must be at least 1"),          # silently ran before
+    ("dpsgd", ["--model", "cnn"], "--model must be 'logreg' or 'mlp'"),
+    ("mse", ["--epsilon", "1", "--order", "1"], "--order must be at least 2"),
+])
+def test_bad_options_are_named_and_refused_before_loading(monkeypatch, tmp_path, cmd, args, needle):
+    import textdp.bounds
+
+    def no_loading(*a, **k):
+        raise AssertionError("features were computed before the options were checked")
+
+    monkeypatch.setattr(textdp.bounds, "text_features", no_loading)
+    out = tmp_path / "out"
+    extra = ["-o", str(out)] if cmd != "mse" else []
+    r = runner.invoke(app, ["bounds", cmd, *args, *extra])
+    assert r.exit_code == 2, r.output
+    assert needle in r.output and "Traceback" not in r.output and "unexpected" not in r.output
+    assert not out.exists()

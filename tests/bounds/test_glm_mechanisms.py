@@ -126,6 +126,10 @@ def test_attack_bad_parameters(rng):
         attack_experiment(X, y, lam=0.1, sigma=-1.0)
     with pytest.raises(InputError):
         fit_glm(X[:, 1:], y, 0.1)  # no bias column
+    with pytest.raises(ParameterError, match="n_targets .* must be ≥ 1, got 0"):
+        attack_experiment(X, y, lam=0.1, sigma=1.0, trials=1, n_targets=0)
+    with pytest.raises(ParameterError, match=r"record indices in \[0, 60\), got 1 indices from 60 to 60"):
+        attack_experiment(X, y, lam=0.1, sigma=1.0, trials=1, targets=[60])
 
 
 def test_registered_with_capability_bounds():

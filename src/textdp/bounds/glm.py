@@ -382,7 +382,8 @@ def attack_experiment(
     drawn without replacement from ``rng``; feature_norm_bound R (default: the largest row
     norm of X, which makes the RDP number data-dependent; pass the domain bound for a real
     guarantee); diam: per-coordinate data range for the RDP bound. ``progress(k, total)`` is
-    called after each block of draws. Raises ParameterError for σ ≤ 0, λ ≤ 0, trials < 1.
+    called after each block of draws. Raises ParameterError for σ ≤ 0, λ ≤ 0, trials < 1,
+    n_targets < 1 or targets outside [0, n).
     """
     from textdp.bounds.fil import _sigma, fil_mse_bound
     from textdp.bounds.rdp import epsilon2_gaussian, rdp_mse_lower_bound
@@ -398,11 +399,14 @@ def attack_experiment(
     n, p = X.shape
     fit = fit_glm(X, y, lam, "logistic")
     if targets is None:
+        if int(n_targets) < 1:
+            raise ParameterError(f"n_targets (the number of records attacked) must be ≥ 1, got {n_targets!r}")
         k = min(int(n_targets), n)
         targets = np.sort(rng.choice(n, size=k, replace=False))
     t = np.atleast_1d(np.asarray(targets, dtype=np.int64))
     if t.size == 0 or t.min() < 0 or t.max() >= n:
-        raise ParameterError(f"targets must be record indices in [0, {n})")
+        raise ParameterError(f"targets must be a non-empty list of record indices in [0, {n}), got "
+                             f"{t.size} indices" + (f" from {t.min()} to {t.max()}" if t.size else ""))
     Xt = X[t].toarray() if sp.issparse(X) else np.asarray(X[t])
     # exactness check at zero noise
     xh0, _ = _attack_core(X, y, fit.theta[:, None], lam, t)

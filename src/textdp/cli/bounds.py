@@ -26,6 +26,25 @@ bounds_app = typer.Typer(help="Lower bounds on reconstruction error (RDP and Fis
 _floats = parse_floats  # shared strict comma-list parser (textdp.cli._common)
 
 
+def _require(ok: bool, message: str) -> None:
+    """Option checks in the CLI's own words (option names, valid ranges), before any work."""
+    if not ok:
+        raise ParameterError(message)
+
+
+def _positive(value: float, option: str) -> None:
+    import math
+
+    _require(math.isfinite(value) and value > 0, f"{option} must be a positive finite number, got {value:g}")
+
+
+def _check_data_options(features: str, max_features: int, n_records: Optional[int]) -> None:
+    _require(features in ("tfidf", "glove"), f"--features must be 'tfidf' or 'glove', got {features!r}")
+    _require(max_features >= 1, f"--max-features must be at least 1, got {max_features}")
+    _require(n_records is None or n_records == 0 or n_records >= 2,
+             f"--n-records must be 0 (all records) or at least 2, got {n_records}")
+
+
 def _out_dir(output: Optional[Path], overwrite: bool) -> Optional[Path]:
     if output is None:
         return None
@@ -80,6 +99,9 @@ def mse_cmd(
     from textdp.bounds.rdp import check_epsilon
 
     eps = check_epsilon(epsilon)
+    if kind == "rdp" and delta is None:
+        _require(order >= 2, f"--order must be at least 2 (the bound needs the order-2 Rényi divergence), "
+                             f"got {order:g}")
     if diam is not None and range_ is not None:
         raise ParameterError("give either --diam or --range, not both")
     if range_ is not None:
@@ -135,7 +157,8 @@ def glm_cmd(
     sigma: float = typer.Option(1e-5, "--sigma", help="Output-perturbation noise σ on the weights."),
     lam: float = typer.Option(1e-2, "--lam", help="L2 regularisation λ (objective: mean loss + λ/2 ‖θ‖²)."),
     trials: int = typer.Option(200, "--trials", help="Noise draws for the attack (0: FIL only)."),
-    targets: int = typer.Option(100, "--targets", help="Records attacked."),
+    targets: int = typer.Option(100, "--targets", help="How many records the attack targets (at least 1; at "
+                                "most --n-records), drawn at random."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for records.csv, summary.json, attack_vs_bound.png."),
     overwrite: bool = opt_overwrite(),
     seed: Optional[int] = opt_seed(),
@@ -152,6 +175,15 @@ def glm_cmd(
     from textdp.data.io import write_table
     from textdp.noise import make_rng, seed_mode
 
+    _check_data_options(features, max_features, n_records)
+    _positive(sigma, "--sigma")
+    _positive(lam, "--lam")
+    _require(trials >= 0, f"--trials must be at least 0 (0: FIL bound only, no attack), got {trials}")
+    _require(trials == 0 or targets >= 1,
+             f"--targets must be at least 1 (the number of records attacked), got {targets}; "
+             "use --trials 0 for the FIL bound alone")
+    _require(n_records in (None, 0) or targets <= n_records,
+             f"--targets {targets} is more than --n-records {n_records}; attack at most {n_records} records")
     out = _out_dir(output, overwrite)
     tf = text_features(dataset, kind=features, max_features=max_features, n_records=n_records or None)
     n = tf.X.shape[0]
@@ -232,9 +264,22 @@ def dpsgd_cmd(
     from textdp.bounds.dpsgd import train_dpsgd_fil
     from textdp.data.io import check_output_path, write_table
 
+    _check_data_options(features, max_features, n_records)
+    _require(model in ("logreg", "mlp"), f"--model must be 'logreg' or 'mlp', got {model!r}")
+    _require(model != "mlp" or hidden >= 1, f"--hidden must be at least 1, got {hidden}")
+    _require(epochs >= 1, f"--epochs must be at least 1, got {epochs}")
+    _require(batch_size >= 1, f"--batch-size must be at least 1, got {batch_size}")
+    _require(probes >= 1, f"--probes must be at least 1, got {probes}")
+    _positive(lr, "--lr")
+    _positive(clip, "--clip")
+    _positive(noise_multiplier, "--noise-multiplier")
+    _require(0 < delta < 1, f"--delta must be in (0, 1), got {delta:g}")
+    _require(subsampling in ("convexity", "wmax"), f"--subsampling must be 'convexity' or 'wmax', got {subsampling!r}")
     if output is not None:
         check_output_path(output, overwrite=overwrite)
     tf = text_features(dataset, kind=features, max_features=max_features, n_records=n_records or None)
+    _require(batch_size <= tf.X.shape[0], f"--batch-size {batch_size} is more than the {tf.X.shape[0]} records; "
+                                          "lower --batch-size or raise --n-records")
     X = tf.X[:, 1:]  # no bias column: the torch model has its own
     d = X.shape[1]
     torch.manual_seed(0)  # initialisation only; privacy noise comes from textdp.noise
