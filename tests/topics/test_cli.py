@@ -119,3 +119,22 @@ def test_evaluate_builtin_model_uses_and_names_the_test_split(tmp_path):
     assert "on bbc-news (test split):" in r.output
     r = _run("topics", "evaluate", out, "-i", 2, "--burn-in", 1, "--limit", 8, "--no-coherence", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["split"] == "test"
+
+
+@pytest.mark.parametrize("cmd,args,needle", [
+    ("evaluate", ["-i", 0], "--iterations must be at least 1"),
+    ("evaluate", ["-i", 5, "--burn-in", 5], "--burn-in must be in [0, --iterations) = [0, 5), got 5"),
+    ("evaluate", ["--protocol", "loo"], "--protocol must be fold-in or completion"),
+    ("evaluate", ["--top", 0], "--top must be at least 1"),  # printed an NPMI of 0.000 before
+    ("show", ["--top", 0], "--top must be at least 1"),       # printed empty topics before
+])
+def test_evaluate_and_show_options_checked_before_reading(tmp_path, monkeypatch, cmd, args, needle):
+    import textdp.topics
+
+    def no_loading(*a, **k):
+        raise AssertionError("the model was read before the options were checked")
+
+    monkeypatch.setattr(textdp.topics, "load_model", no_loading)
+    r = _run("topics", cmd, tmp_path / "model", *args)
+    assert r.exit_code == 2, r.output
+    assert needle in r.output and "unexpected" not in r.output

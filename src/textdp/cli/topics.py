@@ -127,6 +127,8 @@ def train_command(
 
     if privacy not in ("none", "hdp", "lp", "olp"):
         raise ParameterError(f"unknown --privacy {privacy!r}; choose none, hdp, lp or olp")
+    if top < 1:
+        raise ParameterError(f"--top must be at least 1, got {top}")
     kw = dict(n_topics=k, alpha=alpha, beta=beta, iterations=iterations, seed=seed, ll_every=1)
     if privacy == "none":
         if epsilon is not None or flip is not None:
@@ -234,7 +236,11 @@ def show_command(
     json_out: bool = opt_json(),
 ):
     """Print a model's top words, hyperparameters and privacy guarantee."""
+    from textdp.errors import ParameterError
     from textdp.topics import load_model
+
+    if top < 1:
+        raise ParameterError(f"--top must be at least 1, got {top}")
 
     model = load_model(model_dir)
     if json_out:
@@ -274,7 +280,16 @@ def evaluate_command(
     from textdp.topics import load_model
 
     from textdp.data.datasets import is_builtin
+    from textdp.errors import ParameterError
 
+    if protocol not in ("fold-in", "completion"):  # every option before the model or any text is read
+        raise ParameterError(f"--protocol must be fold-in or completion, got {protocol!r}")
+    if iterations < 1:
+        raise ParameterError(f"--iterations must be at least 1, got {iterations}")
+    if not (0 <= burn_in < iterations):
+        raise ParameterError(f"--burn-in must be in [0, --iterations) = [0, {iterations}), got {burn_in}")
+    if top < 1:
+        raise ParameterError(f"--top must be at least 1, got {top}")
     model = load_model(model_dir)
     src = input or model.info.get("input")
     if not src:
