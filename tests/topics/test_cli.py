@@ -71,6 +71,16 @@ def test_private_variants(corpus_file, tmp_path, privacy, extra):
     (["--privacy", "hdp"], "needs --epsilon"),
     (["--privacy", "magic"], "unknown --privacy"),
     (["--k", 500], "fewer than K"),
+    (["--k", 0], "(--k)"),
+    (["--min-count", 0], "--min-count must be at least 1"),
+    (["--max-vocab", 1], "--max-vocab must be at least 2"),
+    (["--privacy", "olp", "-e", 1, "--lambda", 2], "(--lambda) must be in [0, 1]"),
+    (["--privacy", "olp", "-e", 1, "--batch-size", 0], "(--batch-size) must be >= 1"),
+    (["--privacy", "hdp", "-e", 1, "--max-doc-length", 0], "(--max-doc-length) must be >= 1"),
+    (["--privacy", "hdp", "-e", 1, "--sweeps-per-release", 0], "(--sweeps-per-release) must be >= 1"),
+    (["--privacy", "hdp", "-e", 1, "--delta", 1], "(--delta) must be in [0, 1)"),
+    (["--privacy", "lp", "-e", 1, "--threshold", -1], "(--threshold) must be >= 0"),
+    (["--alpha", 0], "(--alpha)"),
 ])
 def test_bad_input_exit_2(corpus_file, tmp_path, args, msg):
     r = _run("topics", "train", corpus_file, "--min-count", 1, "--iterations", 1, "-o", tmp_path / "x",

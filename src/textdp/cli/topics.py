@@ -66,6 +66,16 @@ def _load_texts(input: str, split: str, text_column: Optional[str], limit: Optio
     return texts, None, str(input)
 
 
+def _check_vocabulary_options(min_count: int, max_vocab: Optional[int]) -> None:
+    """--min-count and --max-vocab, before any text is read (Corpus.from_texts checks them again)."""
+    from textdp.errors import ParameterError
+
+    if min_count < 1:
+        raise ParameterError(f"--min-count must be at least 1, got {min_count}")
+    if max_vocab is not None and max_vocab < 2:
+        raise ParameterError(f"--max-vocab must be at least 2 (a topic model needs several words), got {max_vocab}")
+
+
 def _sweep_bar(quiet: bool, total: int):
     bar = progress(quiet)
     task = bar.add_task("sampling", total=total)
@@ -129,6 +139,7 @@ def train_command(
         raise ParameterError(f"unknown --privacy {privacy!r}; choose none, hdp, lp or olp")
     if top < 1:
         raise ParameterError(f"--top must be at least 1, got {top}")
+    _check_vocabulary_options(min_count, max_vocab)
     kw = dict(n_topics=k, alpha=alpha, beta=beta, iterations=iterations, seed=seed, ll_every=1)
     if privacy == "none":
         if epsilon is not None or flip is not None:
@@ -387,6 +398,7 @@ def tradeoff_command(
     method_params = {"hdp": {"sweeps_per_release": sweeps_per_release, "max_doc_length": max_doc_length},
                      "olp": {"batch_size": batch_size}}
     check_runs(eps, meths, method_params, n_topics=k, alpha=alpha, beta=beta, iterations=iterations)  # no work yet
+    _check_vocabulary_options(min_count, max_vocab)
     from textdp.topics.tradeoff import plot_format
 
     fmt = plot_format(output)  # an unsupported suffix fails before any work

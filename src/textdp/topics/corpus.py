@@ -155,9 +155,9 @@ class Corpus:
         texts hold no document, or no word survives the filters, or only one word does.
         """
         if int(min_count) < 1:
-            raise ParameterError(f"min_count must be >= 1, got {min_count!r}")
+            raise ParameterError(f"min_count (--min-count) must be >= 1, got {min_count!r}")
         if max_vocab is not None and int(max_vocab) < 2:
-            raise ParameterError(f"max_vocab must be >= 2 (a topic model needs several words), got {max_vocab!r}")
+            raise ParameterError(f"max_vocab (--max-vocab) must be >= 2 (a topic model needs several words), got {max_vocab!r}")
         toks = [tokenize(t) for t in texts]
         if not toks:
             raise InputError("no documents to train on; the input is empty")

@@ -34,16 +34,16 @@ def check_hyperparameters(n_topics, alpha, beta, iterations=1) -> tuple[int, flo
     Raises ParameterError with a one-line message.
     """
     if isinstance(n_topics, bool) or not isinstance(n_topics, (int, np.integer)) or n_topics < 1:
-        raise ParameterError(f"number of topics K must be an integer >= 1, got {n_topics!r}")
+        raise ParameterError(f"number of topics K must be an integer >= 1 (--k), got {n_topics!r}")
     for name, v in (("alpha", alpha), ("beta", beta)):
         try:
             fv = float(v)
         except (TypeError, ValueError):
-            raise ParameterError(f"{name} must be a positive number, got {v!r}") from None
+            raise ParameterError(f"{name} (--{name}) must be a positive number, got {v!r}") from None
         if not math.isfinite(fv) or fv <= 0:
-            raise ParameterError(f"{name} must be a positive finite number, got {v!r}")
+            raise ParameterError(f"{name} (--{name}) must be a positive finite number, got {v!r}")
     if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
-        raise ParameterError(f"iterations must be an integer >= 1, got {iterations!r}")
+        raise ParameterError(f"iterations (--iterations) must be an integer >= 1, got {iterations!r}")
     return int(n_topics), float(alpha), float(beta), int(iterations)
 
 

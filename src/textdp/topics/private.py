@@ -152,16 +152,16 @@ class HDPLDA:
                                                                                       iterations)
         self.epsilon = _check_eps(epsilon)
         if not (0.0 <= float(delta) < 1.0):
-            raise ParameterError(f"delta must be in [0, 1), got {delta!r}")
+            raise ParameterError(f"delta (--delta) must be in [0, 1), got {delta!r}")
         self.delta = float(delta)
         if unit not in ("document", "token-paper"):
             raise ParameterError(f"unit must be 'document' or 'token-paper', got {unit!r}")
         self.unit = unit
         if int(sweeps_per_release) < 1:
-            raise ParameterError(f"sweeps_per_release must be >= 1, got {sweeps_per_release!r}")
+            raise ParameterError(f"sweeps per release (--sweeps-per-release) must be >= 1, got {sweeps_per_release!r}")
         self.sweeps_per_release = int(sweeps_per_release)
         if int(max_doc_length) < 1:
-            raise ParameterError(f"max_doc_length must be >= 1, got {max_doc_length!r}")
+            raise ParameterError(f"max document length (--max-doc-length) must be >= 1, got {max_doc_length!r}")
         self.max_doc_length = int(max_doc_length)
         self.seed = seed
         self.ll_every = int(ll_every)
@@ -299,7 +299,7 @@ class LPLDA:
         self.f = _flip(flip, epsilon)
         self.threshold = float(threshold)
         if not (self.threshold >= 0 and math.isfinite(self.threshold)):
-            raise ParameterError(f"threshold must be >= 0, got {threshold!r}")
+            raise ParameterError(f"threshold (--threshold) must be >= 0, got {threshold!r}")
         self.seed = seed
         self.ll_every = int(ll_every)
 
@@ -389,14 +389,14 @@ class OLPLDA(LPLDA):
                  threshold: float = 1.0, seed: int | None = None, ll_every: int = 10):
         super().__init__(n_topics, flip, epsilon, alpha, beta, iterations, threshold, seed, ll_every)
         if isinstance(batch_size, bool) or int(batch_size) < 1:
-            raise ParameterError(f"batch size must be >= 1, got {batch_size!r}")
+            raise ParameterError(f"batch size (--batch-size) must be >= 1, got {batch_size!r}")
         self.batch_size = int(batch_size)
         lam = float(lam)
         if not (0.0 <= lam <= 1.0):
-            raise ParameterError(f"lambda (correlation factor) must be in [0, 1], got {lam!r}")
+            raise ParameterError(f"correlation factor lambda (--lambda) must be in [0, 1], got {lam!r}")
         self.lam = lam
         if prior_variance is not None and not (float(prior_variance) > 0 and math.isfinite(float(prior_variance))):
-            raise ParameterError(f"prior variance must be positive and finite, got {prior_variance!r}")
+            raise ParameterError(f"prior variance (--prior-variance) must be positive and finite, got {prior_variance!r}")
         self.prior_variance = None if prior_variance is None else float(prior_variance)
         self.prior_corpus = prior_corpus
 
