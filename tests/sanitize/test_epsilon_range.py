@@ -65,3 +65,15 @@ def test_cli_out_of_range_epsilon_exit_2_no_budget_no_output(tmp_path, monkeypat
     assert "--epsilon" in r.output and needle in r.output and "Traceback" not in r.output
     assert "unexpected" not in r.output
     assert not out.exists() and not (ledgers.exists() and any(ledgers.iterdir()))
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"oov": "leak"}, "(--oov)"),
+    ({"output_vocabulary": "foo"}, "(--output-vocabulary)"),
+    ({"block_bytes": 104}, "(--block-size, in MB)"),
+])
+def test_other_parameter_errors_name_the_option_before_loading(kwargs, needle):
+    with pytest.raises(ParameterError, match=re.escape(needle)):
+        SanText("no-such-embeddings.txt", epsilon=1.0, **kwargs)
+    with pytest.raises(ParameterError, match=re.escape("(--frequencies)")):
+        SanTextPlus("no-such-embeddings.txt", epsilon=1.0, frequencies="foo")

@@ -257,15 +257,15 @@ class TokenSanitizer:
         if isinstance(output_vocabulary, str):
             if output_vocabulary not in OUTPUT_VOCABULARIES:
                 raise ParameterError(
-                    f"output_vocabulary must be one of {', '.join(OUTPUT_VOCABULARIES)} or a list of words, "
-                    f"got {output_vocabulary!r}")
+                    f"output_vocabulary (--output-vocabulary) must be one of {', '.join(OUTPUT_VOCABULARIES)} "
+                    f"or a list of words, got {output_vocabulary!r}")
         self.output_vocabulary = output_vocabulary
         if oov not in OOV_POLICIES:
-            raise ParameterError(f"oov must be one of {', '.join(OOV_POLICIES)}, got {oov!r}")
+            raise ParameterError(f"oov (--oov) must be one of {', '.join(OOV_POLICIES)}, got {oov!r}")
         self.oov = oov
         self.unk_token = str(unk_token)
         if int(block_bytes) < 1024:
-            raise ParameterError(f"block_bytes must be at least 1024, got {block_bytes!r}")
+            raise ParameterError(f"block_bytes (--block-size, in MB) must be at least 1024 bytes, got {block_bytes!r}")
         self.block_bytes = int(block_bytes)
         self.workers = max(1, int(workers if workers is not None else min(4, os.cpu_count() or 1)))
         self.embeddings = _as_embeddings(embeddings)
@@ -716,7 +716,7 @@ class SanTextPlus(TokenSanitizer):
         self.w = check_unit(w, "w")
         self.p = check_unit(p, "p")
         if frequencies not in ("corpus", "wordfreq"):
-            raise ParameterError(f"frequencies must be 'corpus' or 'wordfreq', got {frequencies!r}")
+            raise ParameterError(f"frequencies (--frequencies) must be 'corpus' or 'wordfreq', got {frequencies!r}")
         self.frequencies = frequencies
         super().__init__(embeddings, epsilon, **kwargs)
 
