@@ -250,3 +250,19 @@ def test_entry_point_handles_closed_pipes_and_aborts(monkeypatch, raised, code):
     with pytest.raises(SystemExit) as e:
         m.main()
     assert e.value.code == code
+
+
+def test_a_finished_run_ignores_late_interrupts(monkeypatch):
+    """Once a command has returned (outputs and ledger release in place), SIGINT/SIGTERM during
+    interpreter shutdown are ignored, so a finished run never exits 130; a failed one keeps them."""
+    import textdp.cli.main as m
+
+    for rv, ignored in ((0, True), (None, True), (2, False)):
+        calls = []
+        monkeypatch.setattr(m, "app", lambda **kw: rv)
+        monkeypatch.setattr(signal, "signal", lambda sig, handler: calls.append((sig, handler)))
+        with pytest.raises(SystemExit) as e:
+            m.main()
+        assert e.value.code == (rv or 0)
+        got = {(sig, h) for sig, h in calls if h is signal.SIG_IGN}
+        assert (got == {(signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, signal.SIG_IGN)}) is ignored, calls

@@ -115,6 +115,12 @@ def main() -> None:
         sys.exit(143 if _SIGTERM_RECEIVED else 130)
     if rv == 130 and _SIGTERM_RECEIVED:  # interrupted by SIGTERM outside a command body: 128 + 15
         rv = 143
+    if rv in (0, None):  # the outputs (and the ledger's release) are in place: a Ctrl-C or SIGTERM
+        try:             # during interpreter shutdown must not turn a finished run into exit 130
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread / unsupported platform
+            pass
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
