@@ -197,3 +197,13 @@ def test_jsonl_numbers_keep_their_text_and_nulls_are_empty(tmp_path, stream):
     f.write_text('{"text":123}\n{"text":null}\n{"text":"ok film"}\n')
     df, col = next(iter_table_chunks(f)) if stream else read_table(f)
     assert df[col].tolist() == ["123", "", "ok film"]
+
+
+def test_a_named_pipe_is_refused_as_not_a_regular_file(tmp_path):
+    import os
+
+    fifo = tmp_path / "ff.txt"
+    os.mkfifo(fifo)
+    for read in (_read_all, _stream_all):
+        with pytest.raises(InputError, match="not a regular file"):
+            read(fifo)

@@ -95,6 +95,9 @@ def _check_readable(path: Path) -> None:
         raise InputError(f"input file {str(path)!r} does not exist")
     if path.is_dir():
         raise InputError(f"input {str(path)!r} is a directory, not a file")
+    if not path.is_file():  # a named pipe, socket or device: read twice (fit, then sanitize), so refused
+        raise InputError(f"input {str(path)!r} is not a regular file (a pipe or device); textdp reads its input "
+                         "more than once: save it to a file first")
     try:
         if path.stat().st_size == 0:
             raise InputError(f"input file {str(path)!r} is empty")
