@@ -234,3 +234,18 @@ def test_an_output_under_a_file_is_refused_with_the_users_path(tmp_path):
     with pytest.raises(OutputError, match="notes.txt' is a file"):
         run_sweep(SweepConfig("rotten-tomatoes", ["santext"], [3.0], max_docs=20, attacks=[]), f / "ev")
     assert f.read_text() == "x"
+
+
+def test_cli_interrupt_says_the_finished_cells_are_kept(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import textdp.evaluate as ev
+    from textdp.cli.main import app
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ev, "run_sweep", interrupted)
+    r = CliRunner().invoke(app, ["evaluate", "-m", "santext", "-e", "3", "--max-docs", "20", "-o", str(tmp_path / "x")])
+    assert r.exit_code == 130
+    assert "finished cells are kept in" in r.output and "no output was written" not in r.output, r.output

@@ -58,8 +58,9 @@ def handle_errors(func: Callable) -> Callable:
             fail(str(exc), 2)
         except KeyboardInterrupt as exc:  # Ctrl-C: 130; SIGTERM (see textdp.cli.main): 143
             signum = getattr(exc, "signum", signal.SIGINT)
+            kept = getattr(exc, "textdp_kept", None)  # e.g. evaluate keeps finished cells to resume from
             fail("interrupted" + (f" ({signal.Signals(signum).name})" if signum != signal.SIGINT else "")
-                 + "; no output was written", 128 + signum)
+                 + (f"; {kept}" if kept else "; no output was written"), 128 + signum)
         except MemoryError:
             fail("out of memory; try a smaller input or sizes", 1)
         except BrokenPipeError:  # the reader of stdout left: the entry point exits quietly (141)

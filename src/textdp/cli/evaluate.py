@@ -138,7 +138,12 @@ def evaluate_command(
         def on_cell(key: str, done: int, total: int) -> None:
             bar.update(task, completed=done)
 
-        res = run_sweep(cfg, output, overwrite=overwrite, progress=on_cell, stage=on_stage, workers=workers)
+        try:
+            res = run_sweep(cfg, output, overwrite=overwrite, progress=on_cell, stage=on_stage, workers=workers)
+        except KeyboardInterrupt as exc:  # finished cells stay in OUTPUT/cache/ (that is how a sweep resumes)
+            exc.textdp_kept = (f"no report was written; finished cells are kept in {str(Path(output) / 'cache')} "
+                               "and the same command resumes from them")
+            raise
     df = res.rows
     if json_out:
         print_json({"output": str(output), "seconds": res.seconds, "resumed_cells": res.resumed_cells,
