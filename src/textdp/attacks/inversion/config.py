@@ -50,6 +50,7 @@ class InversionConfig:
     target_epochs: int = 3
     target_lr: float = 1e-4  # cpu preset (truncated MiniLM, few steps); paper preset: 5e-5
     target_batch: int = 16
+    target_pooling: str = "cls"  # cls (HF [CLS] pooler head; the benchmarks so far) | mean | auto
     tiny_target: dict = field(default_factory=lambda: {"hidden": 32, "layers": 2, "heads": 2, "intermediate": 64})
     # generator (from scratch on the target's WordPiece ids) and fluency scorer
     generator: str = "scratch"
@@ -151,6 +152,8 @@ class InversionConfig:
         num("public_fraction", self.public_fraction, lo=0, lo_open=True, hi=1, hi_open=True, opt="public_fraction")
         for name in ("target_lr", "gen_lr", "vmi_lr", "dp_lr", "dp_max_grad_norm"):
             num(name, getattr(self, name), lo=0, lo_open=True, opt=name)
+        if self.target_pooling not in ("auto", "cls", "mean"):
+            raise ParameterError(f"target_pooling must be auto, cls or mean, got {self.target_pooling!r}")
         if self.dp_pooling not in ("auto", "cls", "mean"):
             raise ParameterError(f"dp_pooling must be auto, cls or mean, got {self.dp_pooling!r}")
         num("dp_trainable_layers", self.dp_trainable_layers, lo=0, integer=True, opt="dp_trainable_layers")

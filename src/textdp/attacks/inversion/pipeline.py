@@ -187,6 +187,8 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
     key = {"kind": "target", "data": data.fingerprint(), "model": cfg.target_model, "layers": cfg.target_layers,
            "epochs": cfg.target_epochs, "lr": cfg.target_lr, "batch": cfg.target_batch, "max_len": cfg.max_len,
            "seed": cfg.model_seed, "defence": defence, "tiny": cfg.tiny_target if cfg.target_model == "tiny" else None}
+    if cfg.target_pooling != "cls" and defence != "dpsgd":  # keeps the cache keys of existing cls targets
+        key["pooling"] = cfg.target_pooling
     if defence == "dpsgd":
         key.update(dp=[cfg.dp_epsilon, cfg.dp_delta, cfg.dp_epochs, cfg.dp_lr, cfg.dp_batch, cfg.dp_max_grad_norm,
                        cfg.dp_trainable_layers, cfg.dp_pooling])
@@ -201,7 +203,7 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
         return clf.freeze(), info
     rng = make_rng(cfg.model_seed + {"none": 0, "dpsgd": 1, "santext": 2}[defence])
     t0 = time.perf_counter()
-    pooling = cfg.dp_pooling if defence == "dpsgd" else "cls"
+    pooling = cfg.dp_pooling if defence == "dpsgd" else cfg.target_pooling
     if cfg.target_model == "tiny":
         clf = tiny_classifier(data.labels, rng=rng, max_len=max(cfg.max_len, 64),
                               pooling="mean" if pooling == "auto" else pooling, **cfg.tiny_target)
