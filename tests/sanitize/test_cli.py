@@ -251,3 +251,32 @@ def test_a_seeded_card_records_what_reproduces_the_run(tmp_path, table, small_gl
     r = _run(src, "-e", "2", "--embeddings", small_glove_file, "-o", tmp_path / "c.csv", "-q", "--no-ledger")
     assert r.exit_code == 0, r.output
     assert "reproduce_with" not in json.loads(card_path(tmp_path / "c.csv").read_text())["randomness"]
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_failed_final_rename_leaves_no_new_card(tmp_path, table, small_glove_file, monkeypatch, existing):
+    """The card is written just before the table's final rename; if that rename fails, no card
+    describing the missing output is left (and an --overwrite run puts the previous card back)."""
+    import errno
+
+    src = tmp_path / "in.csv"
+    io.write_table(table, src)
+    out = tmp_path / "out.csv"
+    if existing:
+        assert _run(src, "-e", "2", "--embeddings", small_glove_file, "-o", out, "-q", "--no-ledger").exit_code == 0
+    before = (_digest(out), card_path(out).read_bytes()) if existing else None
+    orig_exit = io.TableWriter.__exit__
+
+    def failing_exit(self, et, e, tb):
+        if et is None:  # discard the temporary as on failure, then fail like a full disk at the rename
+            orig_exit(self, RuntimeError, RuntimeError("x"), None)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return orig_exit(self, et, e, tb)
+
+    monkeypatch.setattr(io.TableWriter, "__exit__", failing_exit)
+    r = _run(src, "-e", "3", "--embeddings", small_glove_file, "-o", out, "-q", "--no-ledger", "--overwrite")
+    assert r.exit_code == 2, r.output
+    if existing:
+        assert (_digest(out), card_path(out).read_bytes()) == before
+    else:
+        assert not out.exists() and not card_path(out).exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -265,24 +266,61 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
         bar.update(task, description="counting the vocabulary", total=n_docs, completed=n_docs)
         san = bar.add_task(f"sanitizing ({mech.name}, eps={epsilon:g})", total=total_tokens)
         stats = None
-        with io.TableWriter(out, text_column=col) as writer:
-            for df, col in chunks():
-                texts, st = mech.sanitize_with_stats(df[col].tolist(),
-                                                     progress=lambda k: bar.advance(san, k))
-                df[col] = texts
-                writer.write(df)
-                stats = st if stats is None else stats.merge(st)
-            bar.update(san, completed=total_tokens)
-            bar.update(task, description="privacy card")
-            card = _card(mech, stats, source, out, privacy_statistics, build_card)
-            if isinstance(card.get("randomness"), dict) and card["randomness"].get("seeded"):
-                # the random streams are drawn per chunk and per block of words: a seeded run is
-                # reproduced by the same seed AND these settings (and the same input, textdp version)
-                card["randomness"]["reproduce_with"] = {
-                    "chunk_size": int(chunk_size), "block_bytes": int(getattr(mech, "block_bytes", 0)) or None,
-                    "note": "same --seed, --chunk-size and --block-size, same input and textdp version"}
-            card_file = write_card(card, out, overwrite=True)
+        new_card = None  # set once this run's card is written (just before the table's final rename)
+        old_table = _identity(out)
+        from textdp.accounting.card import card_path
+
+        try:  # an --overwrite run puts the previous card back if its table is not replaced
+            old_card = card_path(out).read_bytes() if card_path(out).is_file() else None
+        except OSError:
+            old_card = None
+        try:
+            with io.TableWriter(out, text_column=col) as writer:
+                stats, new_card = _sanitize_into(writer, chunks, mech, bar, san, task, total_tokens, source,
+                                                 out, chunk_size, privacy_statistics, build_card, write_card)
+        except BaseException:
+            # the table's final rename failed (or was interrupted) after the card was written:
+            # do not leave a new card describing an output that is not there
+            if new_card is not None and _identity(out) == old_table:  # the table was not replaced
+                if old_card is None:
+                    Path(new_card).unlink(missing_ok=True)
+                else:
+                    Path(new_card).write_bytes(old_card)
+            raise
+        card_file = new_card
     return stats, card_file, mech
+
+
+def _identity(path):
+    """``(inode, mtime_ns)`` of ``path``, or None when it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _sanitize_into(writer, chunks, mech, bar, san, task, total_tokens, source, out, chunk_size,
+                   privacy_statistics, build_card, write_card):
+    """Pass 2: sanitize chunk by chunk into the open table ``writer``, then write the card;
+    returns ``(stats, card_file)``."""
+    stats = None
+    for df, col in chunks():
+        texts, st = mech.sanitize_with_stats(df[col].tolist(),
+                                             progress=lambda k: bar.advance(san, k))
+        df[col] = texts
+        writer.write(df)
+        stats = st if stats is None else stats.merge(st)
+    bar.update(san, completed=total_tokens)
+    bar.update(task, description="privacy card")
+    card = _card(mech, stats, source, out, privacy_statistics, build_card)
+    if isinstance(card.get("randomness"), dict) and card["randomness"].get("seeded"):
+        # the random streams are drawn per chunk and per block of words: a seeded run is
+        # reproduced by the same seed AND these settings (and the same input, textdp version)
+        card["randomness"]["reproduce_with"] = {
+            "chunk_size": int(chunk_size), "block_bytes": int(getattr(mech, "block_bytes", 0)) or None,
+            "note": "same --seed, --chunk-size and --block-size, same input and textdp version"}
+    return stats, write_card(card, out, overwrite=True)
 
 
 #: share of out-of-vocabulary tokens above which the card (and the terminal) warn
