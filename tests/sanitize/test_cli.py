@@ -280,3 +280,16 @@ def test_a_failed_final_rename_leaves_no_new_card(tmp_path, table, small_glove_f
         assert (_digest(out), card_path(out).read_bytes()) == before
     else:
         assert not out.exists() and not card_path(out).exists()
+
+
+@pytest.mark.parametrize("size", ["inf", "-inf", "nan", "0", "-1", "1e-9"])
+def test_block_size_must_be_finite_positive_mib(tmp_path, table, size):
+    src = tmp_path / "in.csv"
+    io.write_table(table, src)
+    out = tmp_path / "out.csv"
+    r = _run(src, "-e", "3", "--block-size", size, "-o", out, "--no-ledger")
+    assert r.exit_code == 2, r.output
+    msg = r.output.strip()
+    assert "--block-size must be a finite positive number of MiB" in msg and len(msg.splitlines()) == 1
+    assert "MB)" not in msg and "Traceback" not in msg
+    assert not out.exists()

@@ -112,8 +112,9 @@ def sanitize_command(
         raise ParameterError(f"--limit must be a positive number of documents, got {limit}")
     if chunk_size < 1:
         raise ParameterError(f"--chunk-size must be positive, got {chunk_size}")
-    if not (block_mb > 0):
-        raise ParameterError(f"--block-size must be positive, got {block_mb}")
+    if not (math.isfinite(block_mb) and block_mb * 2**20 >= 1024):  # NaN and inf too: one line, not a crash
+        raise ParameterError(f"--block-size must be a finite positive number of MiB, at least 1/1024 MiB "
+                             f"(1 KiB), got {block_mb:g}; the default is 32")
     kwargs = dict(output_vocabulary=output_vocabulary, oov=oov, rng=seed, block_bytes=int(block_mb * 2**20))
     if mech_name in ("santext+", "santextplus", "santext-plus"):
         kwargs.update(w=0.9 if w is None else w, p=0.3 if p is None else p,
