@@ -106,3 +106,28 @@ def test_cli_refuses_an_unknown_pretraining_encoder():
                                  "--mechanisms", "santext", "--epsilons", "3"])
     assert r.exit_code == 2
     assert "elmo" in r.output
+
+
+def test_pretraining_reads_the_given_columns_before_any_training(tmp_path, monkeypatch):
+    import pandas as pd
+
+    import textdp.sanitize as san
+    from textdp.errors import InputError
+    from textdp.evaluate.pretrain import compare_pretraining
+
+    tr, te = tmp_path / "tr.csv", tmp_path / "te.csv"
+    for f in (tr, te):
+        pd.DataFrame({"body": ["a good film", "a bad film"] * 5, "sentiment": ["pos", "neg"] * 5}).to_csv(f, index=False)
+    reached = []
+
+    def stop(*a, **kw):  # the first step after the task data is loaded
+        reached.append(True)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(san, "make_mechanism", stop)
+    with pytest.raises(InputError, match="--text-column"):  # default columns: refused before any work
+        compare_pretraining(f"{tr},{te}", preset="tiny")
+    assert not reached
+    with pytest.raises(RuntimeError, match="stop here"):
+        compare_pretraining(f"{tr},{te}", preset="tiny", text_column="body", label_column="sentiment")
+    assert reached

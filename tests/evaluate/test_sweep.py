@@ -213,6 +213,7 @@ def test_cli_pretraining_writes_its_result_and_names_what_it_ignores(tmp_path, m
 
     def fake(dataset, mechanism, epsilon, **kw):
         calls.append((mechanism, epsilon))
+        assert (kw["text_column"], kw["label_column"]) == ("text", "label")
         return {"encoder": "word-mlm", "preset": "tiny", "plain": 0.6, "control": 0.61, "sanitization_aware": 0.62,
                 "gain": 0.02}
 
@@ -223,7 +224,8 @@ def test_cli_pretraining_writes_its_result_and_names_what_it_ignores(tmp_path, m
     assert r.exit_code == 0, r.output
     assert calls == [("santext", 3.0)]
     assert "compares one cell" in r.output and "--max-docs" in r.output
-    assert json.loads((out / "pretraining.json").read_text())["gain"] == 0.02
+    saved = json.loads((out / "pretraining.json").read_text())
+    assert saved["gain"] == 0.02 and saved["dp_release"] is False and "not a DP release" in r.output
     r = CliRunner().invoke(app, ["evaluate", "--pretraining", "tiny", "-m", "santext", "-e", "3", "-o", str(out)])
     assert r.exit_code == 2 and "--overwrite" in r.output
 
@@ -249,3 +251,29 @@ def test_cli_interrupt_says_the_finished_cells_are_kept(tmp_path, monkeypatch):
     r = CliRunner().invoke(app, ["evaluate", "-m", "santext", "-e", "3", "--max-docs", "20", "-o", str(tmp_path / "x")])
     assert r.exit_code == 130
     assert "finished cells are kept in" in r.output and "no output was written" not in r.output, r.output
+
+
+def test_cache_is_keyed_by_file_content_not_names(tmp_path):
+    """An edited TRAIN/TEST file is never answered from cells computed on its old content."""
+    texts = ["a good film", "a bad film", "great acting", "dull plot", "fine story", "awful script"] * 5
+    labels = ["pos", "neg"] * 15
+    tr, te = tmp_path / "tr.csv", tmp_path / "te.csv"
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tr, index=False)
+    pd.DataFrame({"text": texts[:10], "label": labels[:10]}).to_csv(te, index=False)
+    cfg = SweepConfig(f"{tr},{te}", ["santext"], [3.0], attacks=[], seed=1)
+    h1 = cfg.cell_hash()
+    first = run_sweep(cfg, tmp_path / "out")
+    assert h1 == cfg.cell_hash()  # stable while the files are unchanged
+    pd.DataFrame({"text": texts[:10], "label": ["pos"] * 10}).to_csv(te, index=False)
+    assert cfg.cell_hash() != h1
+    again = run_sweep(cfg, tmp_path / "out", overwrite=True)
+    assert again.resumed_cells == 0 and first.resumed_cells == 0
+
+
+def test_dataset_file_pair_errors_name_the_missing_file_and_misused_columns(tmp_path):
+    tr = tmp_path / "tr.csv"
+    pd.DataFrame({"text": ["a", "b"], "label": ["x", "y"]}).to_csv(tr, index=False)
+    with pytest.raises(InputError, match="missing.csv' of --dataset TRAIN,TEST does not exist"):
+        load_task(SweepConfig(f"{tr},{tmp_path / 'missing.csv'}"))
+    with pytest.raises(ParameterError, match="apply only to TRAIN,TEST files"):
+        load_task(SweepConfig("rotten-tomatoes", text_column="body"))

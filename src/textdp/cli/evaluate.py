@@ -99,7 +99,13 @@ def evaluate_command(
         if (out_dir / "pretraining.json").exists() and not overwrite:
             raise ParameterError(f"{str(out_dir / 'pretraining.json')!r} already exists; pass --overwrite")
         ignored = [o for o, used in (("--max-docs", max_docs is not None), ("--model", model.strip().lower() != "tfidf"),
-                                     ("--workers", workers != 1), ("--epochs", epochs is not None)) if used]
+                                     ("--workers", workers != 1), ("--epochs", epochs is not None),
+                                     ("--attacks", attacks.strip().lower() != "bayes,mask"),
+                                     ("--mlm", mlm is not None), ("--mlm-preset", mlm_preset != "small"),
+                                     ("--prior", prior != "wordfreq"),
+                                     ("--max-attack-tokens", max_attack_tokens != 10000),
+                                     ("--max-mask-positions", max_mask_positions != 3000),
+                                     ("--w", w != 0.9), ("--p", p != 0.3)) if used]
         if not quiet and (len(mech_list) > 1 or len(eps_vals) > 1):
             err_console.print(f"[yellow]warning:[/] --pretraining compares one cell: {esc(mech_list[0])} at "
                               f"ε={eps_vals[0]:g} (the first of --mechanisms and --epsilons)", highlight=False)
@@ -108,7 +114,11 @@ def evaluate_command(
                               "data sizes, models and steps)", highlight=False)
         say = (lambda s: None) if quiet else (lambda s: err_console.print(f"[dim]{esc(str(s))}[/]"))
         res = compare_pretraining(dataset, mech_list[0], eps_vals[0], preset=pretraining, embeddings=embeddings,
-                                  seed=seed, stage=say, encoder=pretraining_encoder)
+                                  seed=seed, stage=say, encoder=pretraining_encoder, text_column=text_column,
+                                  label_column=label_column)
+        from textdp.evaluate.report import NOT_A_RELEASE
+
+        res = {**res, "dp_release": False, "note": NOT_A_RELEASE}
         out_dir.mkdir(parents=True, exist_ok=True)
         import json as _json
 
@@ -122,6 +132,8 @@ def evaluate_command(
                               f"sanitization-aware {res['sanitization_aware']:.3f} (gain {res['gain']:+.3f})")
         if not quiet:
             err_console.print(f"written: {esc(str(out_dir / 'pretraining.json'))}")
+            err_console.print("note: not a DP release (computed from the clear text); nothing is recorded in the "
+                              "budget ledger", highlight=False)
         return
     from textdp.evaluate import run_sweep
 

@@ -149,7 +149,7 @@ def compare_pretraining(dataset: str = "rotten-tomatoes", mechanism: str = "sant
                         preset: str | PretrainPreset = "tiny", embeddings: str = "glove-6b-50d",
                         seed: int | None = None, corpus: str | None = None,
                         stage: Callable[[str], None] | None = None, encoder: str = "word-mlm",
-                        base_model: str = "minilm") -> dict:
+                        base_model: str = "minilm", text_column: str = "text", label_column: str = "label") -> dict:
     """Run the protocol of the module docstring; returns a dict with the task scores
     (``plain``, ``control``, ``sanitization_aware``: accuracy on sanitized test text),
     ``gain`` (aware − plain), ``gain_vs_control``, the continued-training losses
@@ -157,7 +157,8 @@ def compare_pretraining(dataset: str = "rotten-tomatoes", mechanism: str = "sant
     steps), ``cpu_seconds`` (process time, all threads) and the settings.
 
     ``encoder``: ``"word-mlm"`` or ``"minilm"`` (``base_model`` then names the encoder
-    folder, default the packaged MiniLM). ``epsilon`` is per token; ``seed`` makes the
+    folder, default the packaged MiniLM). ``text_column`` / ``label_column``: the columns
+    of a ``TRAIN,TEST`` file pair. ``epsilon`` is per token; ``seed`` makes the
     sanitization, masking and fine-tuning reproducible (not for release).
     Raises ParameterError / InputError / MissingPackageError."""
     from textdp.data.datasets import load_dataset
@@ -184,14 +185,16 @@ def compare_pretraining(dataset: str = "rotten-tomatoes", mechanism: str = "sant
         pub_texts = pub_texts[: preset.public_docs]
     mseed = 0 if seed is None else int(seed)
 
+    cfg = SweepConfig(dataset=dataset, max_docs=preset.task_docs, text_column=text_column,
+                      label_column=label_column)
+    train, test = load_task(cfg)  # the task data first: a bad file or column costs no training
+
     say(f"sanitizing the public text ({corpus}) with {mechanism} ε={epsilon:g}")
     mech = make_mechanism(mechanism, embeddings, epsilon, rng=seed)
     mech.fit(pub_texts)
     al = aligned_tokens(mech, pub_texts, mech.sanitize(pub_texts))
     changed = float(np.mean([a != b for x, y in zip(al.original, al.sanitized) for a, b in zip(x, y)]))
 
-    cfg = SweepConfig(dataset=dataset, max_docs=preset.task_docs)
-    train, test = load_task(cfg)
     tmech = make_mechanism(mechanism, embeddings, epsilon, rng=None if seed is None else seed + 7)
     tr, te = train["text"].tolist(), test["text"].tolist()
     tmech.fit(tr + te)

@@ -137,6 +137,13 @@ class SweepConfig:
             d.pop(k)
         d["model_options"] = {k: v for k, v in sorted(self.model_options.items()) if not callable(v)}
         d["v"] = _CACHE_VERSION
+        parts = [x for x in str(self.dataset).split(",") if x]
+        if len(parts) == 2 and all(Path(x).is_file() for x in parts):
+            # TRAIN,TEST files: their content, not only their names, keys the cache (an edited
+            # file must never be answered from cells computed on its old content)
+            from textdp.accounting.ledger import hash_input
+
+            d["files_sha256"] = [hash_input(x) for x in parts]
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -192,6 +199,9 @@ def load_task(cfg: SweepConfig):
 
     name = cfg.dataset
     if name.strip().lower() in DATASETS:
+        if (cfg.text_column, cfg.label_column) != ("text", "label"):
+            raise ParameterError("--text-column / --label-column apply only to TRAIN,TEST files; built-in "
+                                 f"datasets such as {name!r} know their columns")
         ds = load_dataset(name)
         train, test = ds.train, ds.test
         tc, lc = "text", "label"
@@ -199,6 +209,10 @@ def load_task(cfg: SweepConfig):
         from textdp.data.io import read_table
 
         parts = [p for p in name.split(",") if p]
+        if len(parts) == 2 and any(Path(p).exists() for p in parts):
+            for p in parts:
+                if not Path(p).exists():
+                    raise InputError(f"file {p!r} of --dataset TRAIN,TEST does not exist")
         if len(parts) != 2 or not all(Path(p).exists() for p in parts):
             raise InputError(f"unknown dataset {name!r}; use a built-in name ({', '.join(DATASETS)}) or two "
                              "labelled files TRAIN,TEST")
