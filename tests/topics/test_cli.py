@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -111,9 +112,13 @@ def test_evaluate_file_trained_model_requires_held_out_input(corpus_file, tmp_pa
     r = _run("topics", "evaluate", out, "-i", 3, "--burn-in", 1)  # no INPUT: the training file is not held out
     assert r.exit_code == 2, r.output
     assert "give held-out documents as INPUT" in r.output and "perplexity" not in r.output
-    r = _run("topics", "evaluate", out, corpus_file, "-i", 3, "--burn-in", 1, "--seed", 0)  # -i like train/tradeoff
+    r = _run("topics", "evaluate", out, corpus_file, "-i", 3, "--burn-in", 1, "--seed", 0)
+    assert r.exit_code == 2 and "is the file the model was trained on" in r.output, r.output
+    held = tmp_path / "held.txt"  # held-out documents in the training vocabulary
+    held.write_text("\n".join(Path(corpus_file).read_text().splitlines()[::-1][:20]) + "\n")
+    r = _run("topics", "evaluate", out, held, "-i", 3, "--burn-in", 1, "--seed", 0)  # -i like train/tradeoff
     assert r.exit_code == 0, r.output
-    assert f"3 sweeps, burn-in 1) on {corpus_file}: " in r.output
+    assert f"3 sweeps, burn-in 1) on {held}: " in r.output
 
 
 def test_evaluate_builtin_model_uses_and_names_the_test_split(tmp_path):

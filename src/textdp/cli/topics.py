@@ -308,6 +308,11 @@ def evaluate_command(
     if input is None and not is_builtin(src):  # the training file is not held out: never label it so
         raise InputError(f"the model was trained on the file {src!r}; give held-out documents as INPUT "
                          f"(textdp topics evaluate {model_dir} HELD_OUT_FILE)")
+    trained_on = model.info.get("input")
+    if input is not None and trained_on and not is_builtin(trained_on) and Path(input).exists() \
+            and Path(trained_on).exists() and Path(input).resolve() == Path(trained_on).resolve():
+        raise InputError(f"INPUT {input!r} is the file the model was trained on, not held-out data; give "
+                         "documents the model has not seen")
     if is_builtin(src):
         held, _, name = _load_texts(src, "test", None, limit)
         split, label, coherence_on = "test", f"{name} (test split)", f"{name} (train split)"
