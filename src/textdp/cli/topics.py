@@ -381,7 +381,8 @@ def tradeoff_command(
     batch_size: int = typer.Option(1000, "--batch-size", help="olp: documents per mini-batch."),
     output: Path = typer.Option(Path("topics-tradeoff.png"), "--output", "-o", help="Plot file (.png/.pdf/.svg); "
                                 "the numbers go to the same name with .csv."),
-    seed: Optional[int] = opt_seed(),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for a reproducible research run (the models "
+                                       "are experiments, not releases). Default: cryptographically secure randomness."),
     overwrite: bool = opt_overwrite(),
     quiet: bool = opt_quiet(),
     json_out: bool = opt_json(),
