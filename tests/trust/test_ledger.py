@@ -208,6 +208,78 @@ def test_budget_cli_bad_epsilon_is_one_line_exit_2(tmp_path):
     assert "Traceback" not in r.output and "positive" in r.output
 
 
+def _one_line_error(r, *words):
+    assert r.exit_code == 2, r.output
+    msg = r.output.strip()
+    assert len(msg.splitlines()) == 1 and msg.startswith("error:") and "Traceback" not in msg, msg
+    for w in words:
+        assert w in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("cmd", [["show"], ["show", "--json"], ["verify"], ["set", "--epsilon", "3"]])
+@pytest.mark.parametrize("how", ["option", "env", "below"])
+def test_budget_cli_refuses_a_ledger_dir_that_is_a_file(tmp_path, monkeypatch, cmd, how):
+    data = tmp_path / "notes.csv"
+    data.write_text("text\nhello world\n")
+    in_way = tmp_path / "notes.txt"
+    in_way.write_text("x\n")
+    args = ["budget", cmd[0], str(data), *cmd[1:]]
+    if how == "env":
+        monkeypatch.setenv("TEXTDP_LEDGER_DIR", str(in_way))
+    else:
+        args += ["--ledger-dir", str(in_way if how == "option" else in_way / "x")]
+    r = CliRunner().invoke(_app(), args)
+    _one_line_error(r, "ledger folder", "is a file, not a folder" if how == "below" else "a file of that name is in the way")
+    assert in_way.read_text() == "x\n"
+
+
+def test_budget_cli_deleted_ledger_with_its_head_is_an_error_not_an_empty_ledger(tmp_path):
+    d = tmp_path / "led"
+    toy = tmp_path / "toy.txt"
+    toy.write_text("a b\nc d\n")
+    led = Ledger(str(toy), d)
+    led.set_budget(4.0)
+    led.record(MetricDP(epsilon=3.0), command="sanitize")
+    runner = CliRunner()
+    r = runner.invoke(_app(), ["budget", "show", str(toy), "--ledger-dir", str(d)])
+    assert r.exit_code == 0 and "1 release" in r.stdout and "1 releases" not in r.stdout, r.output
+    r = runner.invoke(_app(), ["budget", "verify", str(toy), "--ledger-dir", str(d)])
+    assert r.exit_code == 0 and "2 entries" in r.stdout, r.output
+    led.path.unlink()  # .head is kept
+    for cmd in (["show"], ["show", "--json"], ["verify"]):
+        r = runner.invoke(_app(), ["budget", cmd[0], str(toy), "--ledger-dir", str(d), *cmd[1:]])
+        msg = _one_line_error(r, "is missing but its .head", "deleted", "unknown", "backup")
+        assert "no releases" not in r.output and "edited" not in msg
+    # the same under another file name of the same content (the ledger keeps its first name)
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes(toy.read_bytes())
+    r = runner.invoke(_app(), ["budget", "show", str(copy), "--ledger-dir", str(d)])
+    _one_line_error(r, "is missing but its .head")
+
+
+def test_budget_cli_open_reservations_title_is_singular_for_one(tmp_path):
+    d = tmp_path / "led"
+    toy = tmp_path / "toy.txt"
+    toy.write_text("a b\n")
+    Ledger(str(toy), d).reserve(MetricDP(epsilon=1.0), command="sanitize")
+    r = CliRunner().invoke(_app(), ["budget", "show", str(toy), "--ledger-dir", str(d)])
+    assert r.exit_code == 0, r.output
+    assert "1 open reservation " in r.stdout and "1 open reservations" not in r.stdout
+
+
+@pytest.mark.parametrize("cmd", [["set", "--epsilon", "3"], ["show"], ["verify"]])
+def test_budget_cli_refuses_a_named_pipe(tmp_path, cmd):
+    import os
+
+    pipe = tmp_path / "pipe.csv"
+    os.mkfifo(pipe)
+    d = tmp_path / "led"
+    r = CliRunner().invoke(_app(), ["budget", cmd[0], str(pipe), "--ledger-dir", str(d), *cmd[1:]])
+    _one_line_error(r, "not a regular file")
+    assert not d.exists() or not list(d.iterdir())
+
+
 def test_ledger_reads_seed_mode_from_a_card_randomness_entry(ledger):
     e = ledger.record(MetricDP(epsilon=1.0), card={"randomness": {"seeded": True, "note": "not for release"}})
     assert e["seeded"] is True

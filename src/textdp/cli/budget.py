@@ -26,11 +26,59 @@ def _fmt(x) -> str:
     return f"{x:.4g}"
 
 
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    """``1 release``, ``2 releases`` (``plural`` for irregular words)."""
+    return f"{n} {word}" if n == 1 else f"{n} {plural or word + 's'}"
+
+
+def _check_ledger_dir(ledger_dir) -> None:
+    """InputError (one line) when the ledger folder (``--ledger-dir``, else $TEXTDP_LEDGER_DIR or
+    the cache) or a folder above it is a file: nothing could ever be recorded there, so
+    show/verify must not report an empty ledger under it."""
+    from pathlib import Path
+
+    from textdp.accounting.ledger import ledger_dir as default_dir
+    from textdp.errors import InputError
+
+    d = Path(ledger_dir) if ledger_dir is not None else default_dir()
+    first = d
+    while not first.exists() and first != first.parent and str(first.parent) not in ("", "."):
+        first = first.parent
+    if first.exists() and not first.is_dir():
+        reason = ("a file of that name is in the way, not a folder" if first == d
+                  else f"{str(first)[:200]!r} is a file, not a folder")
+        raise InputError(f"cannot use the ledger folder {str(d)[:200]!r}: {reason}; remove or rename the file, "
+                         "or choose another folder (--ledger-dir or $TEXTDP_LEDGER_DIR)")
+
+
+def _orphan_heads(led) -> list:
+    """``.head`` sidecars of this dataset's ledgers (any file name) whose ledger file is gone."""
+    heads = {led.head_path}
+    if led.directory.is_dir() and led.key != led.id:
+        heads.update(led.directory.glob(f"*-{led.key}.jsonl.head"))
+    return sorted(h for h in heads if h.exists() and not h.with_suffix("").exists())
+
+
+def _check_not_deleted(led, dataset: str) -> None:
+    """InputError when the dataset's ledger file was deleted but its ``.head`` is still there:
+    the spend is unknown, so it must never be shown as "no releases"."""
+    from textdp.errors import InputError
+
+    if led.path.exists():
+        return
+    heads = _orphan_heads(led)
+    if heads:
+        ledger = heads[0].with_suffix("")
+        raise InputError(f"privacy ledger {str(ledger)!r} is missing but its .head sidecar exists (the ledger was "
+                         f"deleted): what was spent on {dataset[:200]!r} is unknown; restore the ledger from a backup")
+
+
 def _open(dataset: str, ledger_dir, creating: bool):
     """The dataset's Ledger; InputError (exit 2, one line) for a typo.
 
     ``creating`` (``budget set``): the dataset must be an existing file or a built-in
     dataset name. Otherwise (show, verify) a plain name must also already have a ledger.
+    A folder, a named pipe or a device, and a ledger folder that is a file, are refused.
     """
     from pathlib import Path
 
@@ -41,6 +89,10 @@ def _open(dataset: str, ledger_dir, creating: bool):
     if Path(dataset).is_dir():
         raise InputError(f"{dataset[:200]!r} is a folder; a budget protects one dataset file (the file you "
                          "pass to textdp sanitize or topics train)")
+    if Path(dataset).exists() and not Path(dataset).is_file():
+        raise InputError(f"{dataset[:200]!r} is not a regular file (a pipe or device); a budget protects one "
+                         "dataset file, as textdp sanitize reads one: save it to a file first")
+    _check_ledger_dir(ledger_dir)
     if Path(dataset).exists():
         return Ledger(dataset, ledger_dir)
     if is_builtin(dataset):
@@ -51,7 +103,7 @@ def _open(dataset: str, ledger_dir, creating: bool):
             led = Ledger(dataset, ledger_dir)
         except Exception:  # a missing path or a bad name: reported below
             led = None
-    if led is not None and led.exists():
+    if led is not None and (led.exists() or _orphan_heads(led)):
         return led  # a ledger made through the Python API under a plain name
     raise InputError(f"{dataset[:200]!r} is neither an existing file nor a built-in dataset "
                      f"({', '.join(list_datasets())})" + ("" if creating else " with a ledger"))
@@ -68,6 +120,7 @@ def show(
     from rich.table import Table
 
     led = _open(dataset, ledger_dir, creating=False)
+    _check_not_deleted(led, dataset)
     summary = led.summary()
     if as_json:
         summary["release_log"] = [
@@ -95,7 +148,7 @@ def show(
     for key, g in summary["groups"].items():
         t.add_row(key, g["describe"], _fmt(g["epsilon"]), _fmt(g["delta"]), _fmt(g["remaining_epsilon"]))
     out_console.print(t)
-    r = Table(title=f"{summary['releases']} releases")
+    r = Table(title=_plural(summary["releases"], "release"))
     for c in ("time", "command", "guarantee", "seeded", "forced"):
         r.add_column(c)
     from textdp.accounting.guarantees import guarantee_from_dict
@@ -106,7 +159,7 @@ def show(
     out_console.print(r)
     opened = led.open_reservations()
     if opened:
-        o = Table(title=f"{len(opened)} open reservations (counted as spent: a release in progress, or a run "
+        o = Table(title=f"{_plural(len(opened), 'open reservation')} (counted as spent: a release in progress, or a run "
                         "killed before it could record or cancel)")
         for c in ("time", "command", "guarantee", "pid"):
             o.add_column(c)
@@ -151,10 +204,11 @@ def verify(
     from textdp.errors import InputError
 
     led = _open(dataset, ledger_dir, creating=False)
+    _check_not_deleted(led, dataset)
     if not led.verify():
         raise InputError(f"ledger {led.path} fails its hash chain or its .head record: an entry was edited, "
                          "reordered or removed")
-    out_console.print(f"ledger {led.path}: {len(led.entries())} entries, hash chain ok", highlight=False, markup=False)
+    out_console.print(f"ledger {led.path}: {_plural(len(led.entries()), 'entry', 'entries')}, hash chain ok", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:
