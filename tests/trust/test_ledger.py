@@ -230,7 +230,7 @@ def test_budget_cli_refuses_a_ledger_dir_that_is_a_file(tmp_path, monkeypatch, c
     else:
         args += ["--ledger-dir", str(in_way if how == "option" else in_way / "x")]
     r = CliRunner().invoke(_app(), args)
-    _one_line_error(r, "ledger folder", "is a file, not a folder" if how == "below" else "a file of that name is in the way")
+    _one_line_error(r, "cannot write", "is a file, not a folder" if how == "below" else "a file of that name is in the way")
     assert in_way.read_text() == "x\n"
 
 

@@ -37,7 +37,11 @@ def _check_ledger_dir(ledger_dir) -> None:
     show/verify must not report an empty ledger under it."""
     from pathlib import Path
 
+    import errno
+    import os
+
     from textdp.accounting.ledger import ledger_dir as default_dir
+    from textdp.data.io import describe_os_error
     from textdp.errors import InputError
 
     d = Path(ledger_dir) if ledger_dir is not None else default_dir()
@@ -45,10 +49,9 @@ def _check_ledger_dir(ledger_dir) -> None:
     while not first.exists() and first != first.parent and str(first.parent) not in ("", "."):
         first = first.parent
     if first.exists() and not first.is_dir():
-        reason = ("a file of that name is in the way, not a folder" if first == d
-                  else f"{str(first)[:200]!r} is a file, not a folder")
-        raise InputError(f"cannot use the ledger folder {str(d)[:200]!r}: {reason}; remove or rename the file, "
-                         "or choose another folder (--ledger-dir or $TEXTDP_LEDGER_DIR)")
+        # the very line `budget set` (and sanitize, topics train) give when they try to create it
+        code = errno.EEXIST if first == d else errno.ENOTDIR
+        raise InputError(describe_os_error(OSError(code, os.strerror(code), str(d)), d, "write"))
 
 
 def _orphan_heads(led) -> list:
