@@ -162,3 +162,18 @@ def test_cli_grid_defaults_to_exact_shortcut_and_full_noise_is_opt_in(tmp_path):
              "-o", str(out), "-q", "--overwrite")
     assert r.exit_code == 0, r.output
     assert json.loads((out / "habernal2022.json").read_text())["settings"]["sampler"] == "full"
+
+
+def test_cli_grid_json_file_and_stdout_are_standard_json(tmp_path):
+    def refuse(name):
+        raise AssertionError(f"non-standard JSON constant {name}")
+
+    out = tmp_path / "res"
+    # ε = 20 with 1,000 samples: a zero count, so ε̂ and its upper bound are infinite
+    r = _run("--grid", "habernal2022", "-m", "laplace", "-e", "20", "--dims", "1", "--samples", "1000", "--seed", "1",
+             "-o", str(out), "-q", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "habernal2022.json").read_text(), parse_constant=refuse)
+    assert doc["cells"][0]["epsilon_hat"] == "inf" and doc["cells"][0]["epsilon_upper"] == "inf"
+    printed = json.loads(r.stdout, parse_constant=refuse)
+    assert "inf" in json.dumps(printed)

@@ -153,3 +153,17 @@ def test_evaluate_and_show_options_checked_before_reading(tmp_path, monkeypatch,
     r = _run("topics", cmd, tmp_path / "model", *args)
     assert r.exit_code == 2, r.output
     assert needle in r.output and "unexpected" not in r.output
+
+
+def test_cli_tradeoff_json_is_standard_json(tmp_path):
+    """The non-private row has ε = inf: written as the string "inf", not the non-JSON Infinity."""
+    def refuse(name):
+        raise AssertionError(f"non-standard JSON constant {name}")
+
+    out = tmp_path / "tr.png"
+    r = _run("topics", "tradeoff", "bbc-news", "--limit", 60, "-i", 2, "-k", 3, "--epsilons", 1, "--methods", "lp",
+             "--seed", 0, "-o", out, "-q", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout, parse_constant=refuse)
+    eps = {row["method"]: row["epsilon"] for row in doc["rows"]}
+    assert eps == {"none": "inf", "lp": 1.0}

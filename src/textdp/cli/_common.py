@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import signal
 import sys
 from typing import Any, Callable
@@ -123,9 +124,32 @@ def progress(quiet: bool = False, transient: bool = False) -> Progress:
     )
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float made standard JSON: NaN -> None (``null``),
+    +/-inf -> the strings ``"inf"``/``"-inf"`` (as in the privacy cards,
+    :func:`textdp.accounting.card.to_jsonable`). Recurses into dicts, lists, tuples and
+    numpy arrays; numpy scalars become Python numbers; anything else is returned as is."""
+    if isinstance(obj, float):  # numpy float64 too
+        if math.isnan(obj):
+            return None
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+        return float(obj)
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if type(obj).__module__ == "numpy":  # np.float32, np.int64, np.bool_, ndarray, ...
+        tolist = getattr(obj, "tolist", None)
+        if callable(tolist):
+            return json_safe(tolist())
+    return obj
+
+
 def print_json(obj: Any) -> None:
-    """Machine-readable result on stdout (``--json``)."""
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    """Machine-readable result on stdout (``--json``): standard JSON (no NaN or Infinity,
+    see :func:`json_safe`); values JSON cannot hold are written as strings."""
+    sys.stdout.write(json.dumps(json_safe(obj), indent=2, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 
