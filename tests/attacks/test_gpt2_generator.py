@@ -244,10 +244,20 @@ def test_resolve_errors(tmp_path, monkeypatch):
     f.write_text("x")
     with pytest.raises(InputError, match="is a file"):
         resolve_generator(str(f))
-    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("{}")
+    assert resolve_generator(str(tmp_path / "bad")) == tmp_path / "bad"
     with pytest.raises(InputError, match="cannot load a causal language model"):
+        load_generator(str(tmp_path / "bad"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="has no config.json"):
         load_generator(str(tmp_path / "empty"))
-    assert resolve_generator(str(tmp_path / "empty")) == tmp_path / "empty"
+    # checked before any work (the CLI resolves --generator before training the target)
+    with pytest.raises(InputError, match="has no config.json.*must hold config.json, the model weights"):
+        resolve_generator(str(tmp_path / "empty"))
+    (tmp_path / "empty" / "notes.txt").write_text("x")
+    with pytest.raises(InputError, match="has no config.json"):
+        resolve_generator(str(tmp_path / "empty"))
 
 
 def _cli_wired() -> bool:
@@ -278,6 +288,25 @@ def test_cli_generator_gpt2_not_cached(tmp_path, monkeypatch):
                                  "--output", str(tmp_path / "out"), "-q"])
     assert r.exit_code == 2, r.output
     assert "not in the local Hugging Face cache" in r.output and "--generator PATH" in r.output
+    assert not (tmp_path / "out").exists()
+
+
+@needs_wiring
+def test_cli_generator_empty_folder_fails_before_any_work(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import textdp.attacks.inversion as inversion
+    from textdp.cli.main import app
+
+    def no_work(*a, **k):
+        raise AssertionError("work started before --generator was checked")
+
+    monkeypatch.setattr(inversion, "run_inversion", no_work)
+    (tmp_path / "adir").mkdir()
+    r = CliRunner().invoke(app, ["attack", "invert", "--preset", "tiny", "--generator", str(tmp_path / "adir"),
+                                 "--output", str(tmp_path / "out"), "-q"])
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "has no config.json" in r.output, r.output
     assert not (tmp_path / "out").exists()
 
 

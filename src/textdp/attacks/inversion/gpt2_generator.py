@@ -97,8 +97,8 @@ _LOCAL_HELP = ("pass a local folder instead: --generator PATH, holding config.js
 def resolve_generator(name: str | os.PathLike) -> Path:
     """The local folder of generator ``name``, checked offline (nothing is downloaded).
 
-    An existing folder -> itself. A path-like value that does not exist, or a
-    file -> InputError. Any other value is a Hugging Face hub name (``gpt2``,
+    An existing folder holding ``config.json`` -> itself. A path-like value that
+    does not exist, a file, or a folder without ``config.json`` -> InputError. Any other value is a Hugging Face hub name (``gpt2``,
     ``org/name``) that must already be in the local cache (``HF_HOME`` /
     ``HF_HUB_CACHE``); it resolves to the cached snapshot folder, else InputError
     saying how to pass a local folder.
@@ -110,7 +110,7 @@ def resolve_generator(name: str | os.PathLike) -> Path:
         raise InputError(f"empty --generator; use scratch or {_LOCAL_HELP}")
     p = Path(s).expanduser()
     if p.is_dir():
-        return p
+        return _check_model_folder(p, s)
     if p.exists():
         raise InputError(f"generator {excerpt(s, 80)} is a file; {_LOCAL_HELP}")
     if looks_like_path(s):
@@ -122,7 +122,18 @@ def resolve_generator(name: str | os.PathLike) -> Path:
     except Exception:  # noqa: BLE001 - LocalEntryNotFoundError, HFValidationError, ...
         raise InputError(f"generator {excerpt(s, 80)} is not in the local Hugging Face cache and textdp never "
                          f"downloads models; {_LOCAL_HELP}") from None
-    return Path(folder)
+    return _check_model_folder(Path(folder), s)
+
+
+def _check_model_folder(folder: Path, name: str) -> Path:
+    """``folder`` when it holds a ``config.json`` (a saved model), else InputError: checked
+    before any work, so an empty or wrong folder fails before the target is trained."""
+    if not (folder / "config.json").is_file():
+        raise InputError(f"generator folder {excerpt(name, 80)} has no config.json, so it is not a saved causal "
+                         "language model; it must hold config.json, the model weights (model.safetensors or "
+                         "pytorch_model.bin) and the tokenizer files (tokenizer.json), e.g. written by "
+                         "save_pretrained")
+    return folder
 
 
 class HFCausalLMAdapter(nn.Module):
