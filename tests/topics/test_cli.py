@@ -167,3 +167,19 @@ def test_cli_tradeoff_json_is_standard_json(tmp_path):
     doc = json.loads(r.stdout, parse_constant=refuse)
     eps = {row["method"]: row["epsilon"] for row in doc["rows"]}
     assert eps == {"none": "inf", "lp": 1.0}
+
+
+@pytest.mark.parametrize("below", ["x", "x/y"])
+def test_cli_export_under_a_file_names_the_file(corpus_file, tmp_path, below):
+    model = tmp_path / "model"
+    r = _run("topics", "train", corpus_file, "--k", 2, "--iterations", 2, "--min-count", 1, "--seed", 0,
+             "-o", model, "--ledger-dir", tmp_path / "ledgers", "-q")
+    assert r.exit_code == 0, r.output
+    notes = tmp_path / "notes.txt"
+    notes.write_text("n\n")
+    r = _run("topics", "export", model, "-o", notes / below)
+    assert r.exit_code == 2, r.output
+    msg = r.output.strip()
+    assert len(msg.splitlines()) == 1 and f"{str(notes)!r} is a file, not a folder" in msg, msg
+    assert "create its parent first" not in msg
+    assert notes.read_text() == "n\n"

@@ -357,6 +357,14 @@ def export_command(
         raise ParameterError(f"unknown export format {format!r}; use 'gensim' or 'csv'")
     if top < 1:
         raise ParameterError(f"--top must be >= 1, got {top}")
+    above = output.parent
+    while str(above) not in ("", ".") and not above.exists() and above != above.parent:
+        above = above.parent
+    if above.exists() and not above.is_dir():  # a file where a folder of the output should be
+        from textdp.errors import OutputError
+
+        raise OutputError(f"cannot create export folder {str(output)!r}: {str(above)!r} is a file, not a folder; "
+                          "choose another --output")
     files = load_model(model_dir).export(output, fmt, top, overwrite)
     for f in files:
         out_console.print(str(f), highlight=False, markup=False)
