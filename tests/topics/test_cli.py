@@ -36,7 +36,10 @@ def test_train_show_evaluate_export(corpus_file, tmp_path):
     assert (out / "model.card.json").exists() and s["ledger"]
     r = _run("topics", "show", out, "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["n_topics"] == 3
-    r = _run("topics", "evaluate", out, corpus_file, "--iterations", 5, "--burn-in", 1, "--seed", 0, "--json")
+    held = tmp_path / "held.txt"  # held-out documents from the same topics (another seed)
+    hc, _ = synthetic(M=20, L=30, seed=5)
+    held.write_text("\n".join(" ".join(hc.vocabulary[i] for i in d) for d in hc.documents()) + "\n", "utf-8")
+    r = _run("topics", "evaluate", out, held, "--iterations", 5, "--burn-in", 1, "--seed", 0, "--json")
     assert r.exit_code == 0, r.output
     ev = json.loads(r.stdout)
     assert 1 < ev["perplexity"] < 30 and -1 <= ev["npmi_mean"] <= 1
@@ -114,8 +117,9 @@ def test_evaluate_file_trained_model_requires_held_out_input(corpus_file, tmp_pa
     assert "give held-out documents as INPUT" in r.output and "perplexity" not in r.output
     r = _run("topics", "evaluate", out, corpus_file, "-i", 3, "--burn-in", 1, "--seed", 0)
     assert r.exit_code == 2 and "is the file the model was trained on" in r.output, r.output
-    held = tmp_path / "held.txt"  # held-out documents in the training vocabulary
-    held.write_text("\n".join(Path(corpus_file).read_text().splitlines()[::-1][:20]) + "\n")
+    held = tmp_path / "held.txt"  # held-out documents from the same topics (another seed)
+    hc, _ = synthetic(M=20, L=30, seed=5)
+    held.write_text("\n".join(" ".join(hc.vocabulary[i] for i in d) for d in hc.documents()) + "\n", "utf-8")
     r = _run("topics", "evaluate", out, held, "-i", 3, "--burn-in", 1, "--seed", 0)  # -i like train/tradeoff
     assert r.exit_code == 0, r.output
     assert f"3 sweeps, burn-in 1) on {held}: " in r.output

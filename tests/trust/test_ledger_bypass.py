@@ -327,3 +327,17 @@ def test_budget_refuses_a_folder(tmp_path):
         r = CliRunner().invoke(_app(), ["budget", *cmd, "--ledger-dir", str(tmp_path / "led")])
         assert r.exit_code == 2 and "folder" in r.output, r.output
     assert not (tmp_path / "led").exists()
+
+
+def test_a_deleted_ledger_is_detected_under_another_name_of_the_dataset(tmp_path, data):
+    d = tmp_path / "ledgers"
+    led = Ledger(str(data), d)
+    led.set_budget(4.0)
+    led.record(MetricDP(epsilon=3.0))
+    led.path.unlink()  # .head stays, under the first file name used
+    copy = tmp_path / "other-name.txt"
+    copy.write_bytes(data.read_bytes())
+    led2 = Ledger(str(copy), d)
+    assert not led2.verify()
+    with pytest.raises(InputError, match="deleted"):
+        led2.reserve(MetricDP(epsilon=3.0))

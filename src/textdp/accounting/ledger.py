@@ -198,6 +198,11 @@ class Ledger:
             found = sorted(self.directory.glob(f"*-{self.key}.jsonl")) if self.directory.is_dir() else []
             if found:
                 return found[0]
+            # a deleted ledger leaves its .head: keep pointing at it (under its first name), so the
+            # deletion is detected whatever name the dataset is used under now
+            heads = sorted(self.directory.glob(f"*-{self.key}.jsonl.head")) if self.directory.is_dir() else []
+            if heads:
+                return heads[0].with_name(heads[0].name[: -len(".head")])
         return self.directory / f"{self.id}.jsonl"
 
     @property

@@ -265,7 +265,7 @@ class TokenSanitizer:
         self.oov = oov
         self.unk_token = str(unk_token)
         if int(block_bytes) < 1024:
-            raise ParameterError(f"block_bytes (--block-size, in MB) must be at least 1024 bytes, got {block_bytes!r}")
+            raise ParameterError(f"block_bytes (--block-size, in MiB) must be at least 1024 bytes, got {block_bytes!r}")
         self.block_bytes = int(block_bytes)
         self.workers = max(1, int(workers if workers is not None else min(4, os.cpu_count() or 1)))
         self.embeddings = _as_embeddings(embeddings)
