@@ -70,7 +70,7 @@ def test_cli_out_of_range_epsilon_exit_2_no_budget_no_output(tmp_path, monkeypat
 @pytest.mark.parametrize("kwargs,needle", [
     ({"oov": "leak"}, "(--oov)"),
     ({"output_vocabulary": "foo"}, "(--output-vocabulary)"),
-    ({"block_bytes": 104}, "(--block-size, in MB)"),
+    ({"block_bytes": 104}, "(--block-size, in MiB)"),
 ])
 def test_other_parameter_errors_name_the_option_before_loading(kwargs, needle):
     with pytest.raises(ParameterError, match=re.escape(needle)):
