@@ -279,15 +279,29 @@ class TextClassifier(torch.nn.Module):
         if base is None or not isinstance(getattr(self.model, "classifier", None), torch.nn.Linear):
             raise ParameterError("head-only training needs a BERT-type classifier (a linear head on a pooled "
                                  "vector); train at least one encoder layer instead")
+        mean = self.pooling == "mean"
+
+        def pooled(ids, mask):
+            o = base(input_ids=ids, attention_mask=mask)
+            if not mean:
+                return o.pooler_output.float()
+            m = mask.unsqueeze(-1).to(o.last_hidden_state.dtype)
+            return ((o.last_hidden_state * m).sum(1) / m.sum(1).clamp(min=1.0)).float()
+
+        return torch.from_numpy(self._batched(texts, max_len, batch_size, self.model.config.hidden_size, pooled,
+                                              np.float32))
+
+    def _batched(self, texts: Sequence[str], max_len: int, batch_size: int, width: int, fn, dtype) -> np.ndarray:
+        """``fn(ids, mask) -> (B, width)`` over ``texts`` tokenized once, in length-sorted
+        batches padded to their own longest text, in eval mode under ``torch.inference_mode``;
+        rows come back in input order as an (N, width) array of ``dtype``."""
         texts = list(texts)
-        d = self.model.config.hidden_size
-        out = torch.zeros((len(texts), d), dtype=torch.float32)
+        out = np.zeros((len(texts), width), dtype=dtype)
         if not texts:
             return out
         rows = self.encode_ids(texts, max_len)
         order = np.argsort([len(r) for r in rows], kind="stable")
         pad = self.tokenizer.pad_token_id or 0
-        mean = self.pooling == "mean"
         was = self.model.training
         self.model.eval()
         try:
@@ -295,16 +309,10 @@ class TextClassifier(torch.nn.Module):
                 for a in range(0, len(rows), batch_size):
                     idx = order[a:a + batch_size]
                     ids, mask = _pad([rows[i] for i in idx], pad)
-                    o = base(input_ids=ids, attention_mask=mask)
-                    if mean:
-                        m = mask.unsqueeze(-1).to(o.last_hidden_state.dtype)
-                        v = (o.last_hidden_state * m).sum(1) / m.sum(1).clamp(min=1.0)
-                    else:
-                        v = o.pooler_output
-                    out[torch.as_tensor(idx)] = v.float()
+                    out[idx] = fn(ids, mask).numpy()
         finally:
             self.model.train(was)
-        return out.clone()
+        return out
 
     def logits_from_embeds(self, word_embeds: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Class logits (B, C) for word-embedding rows (B, T, d); position/segment
@@ -316,24 +324,8 @@ class TextClassifier(torch.nn.Module):
 
         Texts are tokenized once and run in length-sorted batches padded to their own
         longest text; rows come back in input order."""
-        texts = list(texts)
-        if not texts:
-            return np.zeros((0, len(self.labels)))
-        rows = self.encode_ids(texts, max_len)
-        order = np.argsort([len(r) for r in rows], kind="stable")
-        out = np.zeros((len(rows), len(self.labels)))
-        pad = self.tokenizer.pad_token_id or 0
-        was = self.model.training
-        self.model.eval()
-        try:
-            with torch.inference_mode():
-                for a in range(0, len(rows), batch_size):
-                    idx = order[a:a + batch_size]
-                    ids, mask = _pad([rows[i] for i in idx], pad)
-                    out[idx] = torch.softmax(self.logits(ids, mask).float(), -1).double().numpy()
-        finally:
-            self.model.train(was)
-        return out
+        return self._batched(texts, max_len, batch_size, len(self.labels),
+                             lambda ids, mask: torch.softmax(self.logits(ids, mask).float(), -1).double(), np.float64)
 
     def accuracy(self, texts: Sequence[str], y: Sequence[int], max_len: int = 64) -> float:
         if len(texts) == 0:
