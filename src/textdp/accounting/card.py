@@ -33,7 +33,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CARD_FORMAT", "card_path", "check_card_path", "build_card", "write_card", "read_card", "to_jsonable"]
+__all__ = ["CARD_FORMAT", "card_path", "check_card_path", "build_card", "write_card", "read_card", "to_jsonable",
+           "json_safe"]
 
 CARD_FORMAT = "textdp-card/1"
 
@@ -134,6 +135,28 @@ def build_card(
     }
     card.update(extra)
     return to_jsonable(card)
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float made standard JSON: NaN -> None (``null``),
+    +/-inf -> the strings ``"inf"``/``"-inf"`` (as in the privacy cards,
+    :func:`to_jsonable`). Recurses into dicts, lists, tuples and
+    numpy arrays; numpy scalars become Python numbers; anything else is returned as is."""
+    if isinstance(obj, float):  # numpy float64 too
+        if math.isnan(obj):
+            return None
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+        return float(obj)
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if type(obj).__module__ == "numpy":  # np.float32, np.int64, np.bool_, ndarray, ...
+        tolist = getattr(obj, "tolist", None)
+        if callable(tolist):
+            return json_safe(tolist())
+    return obj
 
 
 def write_card(card: dict, output: str | os.PathLike, overwrite: bool = True) -> Path:

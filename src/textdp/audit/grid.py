@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 from scipy.stats import norm
 
+from textdp.accounting.card import json_safe
 from textdp.audit.core import AuditResult, _cell_seeds, audit_mechanism, format_epsilon
 from textdp.audit.oracle import majority_vote_probabilities, majority_vote_se
 from textdp.errors import InputError, ParameterError
@@ -258,20 +259,6 @@ def plot_grid(result: GridResult, path: str | Path) -> None:
     plt.close(fig)
 
 
-def _json_safe(obj):
-    """Standard JSON for the grid file: NaN -> None (null), +/-inf -> "inf"/"-inf" (the
-    convention of the privacy cards and of ``--json``); numpy values become Python ones."""
-    if isinstance(obj, float):
-        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf") if math.isinf(obj) else float(obj)
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, (np.ndarray, np.generic)):
-        return _json_safe(obj.tolist())
-    return obj
-
-
 def write_grid_outputs(result: GridResult, outdir: str | Path, overwrite: bool = False, stem: str | None = None,
                        plot: bool = True) -> list[Path]:
     """Write ``STEM.json`` (settings + every cell), ``STEM.csv`` and ``STEM.png`` into ``outdir``
@@ -291,7 +278,7 @@ def write_grid_outputs(result: GridResult, outdir: str | Path, overwrite: bool =
     doc = {"grid": result.name, "settings": result.settings, "wall_s": round(result.wall_s, 3),
            "flagged": {k: list(v) for k, v in result.flagged().items()}, "cells": rows}
     with atomic_outputs(paths, create_parents=True) as tmps:
-        Path(tmps[0]).write_text(json.dumps(_json_safe(doc), indent=1, default=str, allow_nan=False),
+        Path(tmps[0]).write_text(json.dumps(json_safe(doc), indent=1, default=str, allow_nan=False),
                                  encoding="utf-8")
         Path(tmps[1]).write_text(_csv_text(rows), encoding="utf-8")
         if plot:

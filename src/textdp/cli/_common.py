@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import signal
 import sys
 from typing import Any, Callable
@@ -124,26 +123,7 @@ def progress(quiet: bool = False, transient: bool = False) -> Progress:
     )
 
 
-def json_safe(obj: Any) -> Any:
-    """``obj`` with every non-finite float made standard JSON: NaN -> None (``null``),
-    +/-inf -> the strings ``"inf"``/``"-inf"`` (as in the privacy cards,
-    :func:`textdp.accounting.card.to_jsonable`). Recurses into dicts, lists, tuples and
-    numpy arrays; numpy scalars become Python numbers; anything else is returned as is."""
-    if isinstance(obj, float):  # numpy float64 too
-        if math.isnan(obj):
-            return None
-        if math.isinf(obj):
-            return "inf" if obj > 0 else "-inf"
-        return float(obj)
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if type(obj).__module__ == "numpy":  # np.float32, np.int64, np.bool_, ndarray, ...
-        tolist = getattr(obj, "tolist", None)
-        if callable(tolist):
-            return json_safe(tolist())
-    return obj
+from textdp.accounting.card import json_safe  # noqa: E402  (re-exported for the CLI)
 
 
 def print_json(obj: Any) -> None:
