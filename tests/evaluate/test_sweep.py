@@ -277,3 +277,22 @@ def test_dataset_file_pair_errors_name_the_missing_file_and_misused_columns(tmp_
         load_task(SweepConfig(f"{tr},{tmp_path / 'missing.csv'}"))
     with pytest.raises(ParameterError, match="apply only to TRAIN,TEST files"):
         load_task(SweepConfig("rotten-tomatoes", text_column="body"))
+
+
+def test_misleading_file_pairs_are_warned_about(tmp_path):
+    from textdp.evaluate.sweep import task_warnings
+
+    texts = ["a good film", "a bad film", "great acting", "dull plot"] * 3
+    tr, te, te2 = tmp_path / "tr.csv", tmp_path / "te.csv", tmp_path / "te2.csv"
+    pd.DataFrame({"text": texts, "label": ["pos", "neg"] * 6}).to_csv(tr, index=False)
+    pd.DataFrame({"text": texts[:4], "label": ["1"] * 4}).to_csv(te, index=False)
+    pd.DataFrame({"text": texts[:4], "label": ["pos", "neg"] * 2}).to_csv(te2, index=False)
+    for ds, needle in ((f"{tr},{te}", "never seen in training"), (f"{tr},{tr}", "same texts")):
+        cfg = SweepConfig(ds)
+        w = task_warnings(cfg, *load_task(cfg))
+        assert len(w) == 1 and needle in w[0], w
+    cfg = SweepConfig(f"{tr},{te2}")
+    assert task_warnings(cfg, *load_task(cfg)) == []
+    stages = []
+    run_sweep(SweepConfig(f"{tr},{te}", ["santext"], [3.0], attacks=[], seed=0), tmp_path / "o", stage=stages.append)
+    assert any(s.startswith("warning: 100% of the test texts") for s in stages)

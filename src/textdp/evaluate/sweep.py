@@ -236,6 +236,24 @@ def load_task(cfg: SweepConfig):
     return train, test
 
 
+def task_warnings(cfg: SweepConfig, train: pd.DataFrame, test: pd.DataFrame) -> list[str]:
+    """Problems of a TRAIN,TEST pair that do not stop a sweep but make its utility
+    numbers misleading: test labels never seen in training, or the same file twice."""
+    out = []
+    unseen = sorted(set(test["label"].astype(str)) - set(train["label"].astype(str)))
+    if unseen:
+        share = float(test["label"].astype(str).isin(unseen).mean())
+        out.append(f"{share:.0%} of the test texts have labels never seen in training "
+                   f"({', '.join(map(repr, unseen[:5]))}{', …' if len(unseen) > 5 else ''}): no model can "
+                   "predict them; check that TRAIN and TEST use the same labels")
+    parts = [x for x in str(cfg.dataset).split(",") if x]
+    if len(parts) == 2 and all(Path(x).is_file() for x in parts):
+        same = Path(parts[0]).resolve() == Path(parts[1]).resolve()
+        if same or train["text"].tolist() == test["text"].tolist():
+            out.append("TRAIN and TEST hold the same texts: utility is measured on training data, not held out")
+    return out
+
+
 def _cell_seed(seed: int | None, key: str) -> int | None:
     if seed is None:
         return None
@@ -291,6 +309,8 @@ def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = Fals
     say = stage or (lambda s: None)
     say(f"loading {cfg.dataset}")
     train, test = load_task(cfg)
+    for w in task_warnings(cfg, train, test):
+        say("warning: " + w)
     cache = out / "cache" / cfg.cell_hash()
     cache.mkdir(parents=True, exist_ok=True)
     _write_json(cache / "config.json", asdict(cfg) | {"model_options": {k: v for k, v in cfg.model_options.items()
