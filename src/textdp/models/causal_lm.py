@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from textdp.errors import InputError, MissingPackageError, ParameterError
+from textdp.models.training import clipped_step
 
 try:
     import torch
@@ -323,13 +324,8 @@ def train_causal_lm(
                 tgt = batch[:, 1:]
                 logits, _, _ = model(inp)
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-1)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                sched.step()
+                losses.append(clipped_step(loss, opt, sched, model.parameters()))
                 step += 1
-                losses.append(loss.item())
                 if on_step:
                     on_step(step, total, losses[-1])
     model.eval()

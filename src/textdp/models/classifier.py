@@ -47,6 +47,7 @@ import numpy as np
 
 from textdp.errors import InputError, MissingPackageError, ParameterError, excerpt
 from textdp.models.causal_lm import torch_seed
+from textdp.models.training import clipped_step
 
 try:
     import torch
@@ -516,13 +517,8 @@ def fine_tune(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *, ep
                     ids, mask = _pad([rows[i] for i in idx], pad)
                     tokens += int(lengths[idx].sum())
                     loss = F.cross_entropy(clf.logits(ids, mask), torch.as_tensor(y[idx], dtype=torch.long))
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(params, 1.0)
-                    opt.step()
-                    sched.step()
+                    losses.append(clipped_step(loss, opt, sched, params))
                     step += 1
-                    losses.append(loss.item())
                     if on_step:
                         on_step(step, total, losses[-1])
     finally:

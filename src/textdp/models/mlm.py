@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from textdp.errors import InputError, MissingPackageError, ParameterError
+from textdp.models.training import clipped_step
 
 __all__ = ["MLMPreset", "PRESETS", "WordVocab", "MaskedLM", "HFMaskedLM", "load_mlm", "default_mlm", "cache_dir",
            "EncoderMLM", "EncoderMLMPreset", "heldout_accuracy",
@@ -250,12 +251,7 @@ class MaskedLM:
             sel = torch.from_numpy(choose)
             logits = model.cls(hidden[sel])
             loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(lab[choose]))
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            losses.append(float(loss.detach()))
+            losses.append(clipped_step(loss, opt, sched, model.parameters()))
             if progress:
                 progress(step + 1, steps, losses[-1])
         del tg
@@ -659,12 +655,7 @@ class EncoderMLM:
                 else:
                     logits = model(input_ids=ti, attention_mask=ta).logits[sel]
                 loss = torch.nn.functional.cross_entropy(logits, target)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                sched.step()
-                losses.append(float(loss.detach()))
+                losses.append(clipped_step(loss, opt, sched, model.parameters()))
                 if progress:
                     progress(step + 1, steps, losses[-1])
         model.eval()
