@@ -178,16 +178,22 @@ def test_results_say_the_evaluation_is_not_a_release(sweep):
     assert "Not a release" in (out / "report.html").read_text("utf-8")
 
 
+def _file_pair(tmp_path, text_col="text", label_col="label"):
+    """A small labelled TRAIN,TEST pair of CSV files; returns (train path, test path)."""
+    texts = ["a good film", "a bad film", "great acting", "dull plot", "fine story", "awful script"] * 5
+    labels = ["pos", "neg"] * 15
+    tr, te = tmp_path / "tr.csv", tmp_path / "te.csv"
+    pd.DataFrame({text_col: texts, label_col: labels}).to_csv(tr, index=False)
+    pd.DataFrame({text_col: texts[:10], label_col: labels[:10]}).to_csv(te, index=False)
+    return tr, te
+
+
 def test_cli_files_with_other_column_names(tmp_path):
     from typer.testing import CliRunner
 
     from textdp.cli.main import app
 
-    texts = ["a good film", "a bad film", "great acting", "dull plot", "fine story", "awful script"] * 5
-    labels = ["pos", "neg"] * 15
-    tr, te = tmp_path / "tr.csv", tmp_path / "te.csv"
-    pd.DataFrame({"body": texts, "sentiment": labels}).to_csv(tr, index=False)
-    pd.DataFrame({"body": texts[:10], "sentiment": labels[:10]}).to_csv(te, index=False)
+    tr, te = _file_pair(tmp_path, "body", "sentiment")
     ds = f"{tr},{te}"
     base = ["evaluate", "-d", ds, "-m", "santext", "-e", "3", "--attacks", "none", "--seed", "0", "-q"]
     r = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "r0")])
@@ -255,16 +261,12 @@ def test_cli_interrupt_says_the_finished_cells_are_kept(tmp_path, monkeypatch):
 
 def test_cache_is_keyed_by_file_content_not_names(tmp_path):
     """An edited TRAIN/TEST file is never answered from cells computed on its old content."""
-    texts = ["a good film", "a bad film", "great acting", "dull plot", "fine story", "awful script"] * 5
-    labels = ["pos", "neg"] * 15
-    tr, te = tmp_path / "tr.csv", tmp_path / "te.csv"
-    pd.DataFrame({"text": texts, "label": labels}).to_csv(tr, index=False)
-    pd.DataFrame({"text": texts[:10], "label": labels[:10]}).to_csv(te, index=False)
+    tr, te = _file_pair(tmp_path)
     cfg = SweepConfig(f"{tr},{te}", ["santext"], [3.0], attacks=[], seed=1)
     h1 = cfg.cell_hash()
     first = run_sweep(cfg, tmp_path / "out")
     assert h1 == cfg.cell_hash()  # stable while the files are unchanged
-    pd.DataFrame({"text": texts[:10], "label": ["pos"] * 10}).to_csv(te, index=False)
+    pd.read_csv(te).assign(label="pos").to_csv(te, index=False)  # same name, new content
     assert cfg.cell_hash() != h1
     again = run_sweep(cfg, tmp_path / "out", overwrite=True)
     assert again.resumed_cells == 0 and first.resumed_cells == 0

@@ -252,6 +252,14 @@ def test_bad_input_creates_no_ledger_entry(tmp_path):
     assert not led.exists() or not list(led.glob("*.jsonl"))
 
 
+def _spent_ledger(data, d, epsilon):
+    """The ledger of ``data`` in folder ``d`` with a budget of 4 and one release of ``epsilon``."""
+    led = Ledger(str(data), d)
+    led.set_budget(4.0)
+    led.record(MetricDP(epsilon=epsilon))
+    return led
+
+
 def _edit_spend(led):
     """Rewrite the recorded epsilon of every release to 0.1 (the chain then breaks)."""
     led.path.write_text(led.path.read_text().replace('"epsilon": 3.0', '"epsilon": 0.1'))
@@ -260,9 +268,7 @@ def _edit_spend(led):
 def test_an_edited_ledger_refuses_every_write(tmp_path, data):
     """A release never relies on an edited spend and never rewrites .head over the evidence."""
     d = tmp_path / "ledgers"
-    led = Ledger(str(data), d)
-    led.set_budget(4.0)
-    led.record(MetricDP(epsilon=3.0))
+    led = _spent_ledger(data, d, 3.0)
     _edit_spend(led)
     assert not led.verify()
     head = led.head_path.read_text()
@@ -276,9 +282,7 @@ def test_an_edited_ledger_refuses_every_write(tmp_path, data):
 
 def test_a_deleted_ledger_refuses_releases_and_keeps_its_head(tmp_path, data):
     d = tmp_path / "ledgers"
-    led = Ledger(str(data), d)
-    led.set_budget(4.0)
-    led.record(MetricDP(epsilon=3.0))
+    led = _spent_ledger(data, d, 3.0)
     head = led.head_path.read_text()
     led.path.unlink()
     led2 = Ledger(str(data), d)
@@ -292,9 +296,7 @@ def test_a_deleted_ledger_refuses_releases_and_keeps_its_head(tmp_path, data):
 def test_sanitize_cli_refuses_a_tampered_ledger(tmp_path, data):
     emb = _tiny_emb(tmp_path)
     d = tmp_path / "ledgers"
-    led = Ledger(str(data), d)
-    led.set_budget(4.0)
-    led.record(MetricDP(epsilon=3.0))
+    led = _spent_ledger(data, d, 3.0)
     _edit_spend(led)
     before = led.path.read_bytes()
     r = CliRunner().invoke(_app(), ["sanitize", str(data), "--embeddings", str(emb), "--ledger-dir", str(d),
@@ -306,9 +308,7 @@ def test_sanitize_cli_refuses_a_tampered_ledger(tmp_path, data):
 def test_an_output_inside_the_ledger_folder_is_refused(tmp_path, data):
     emb = _tiny_emb(tmp_path)
     d = tmp_path / "ledgers"
-    led = Ledger(str(data), d)
-    led.set_budget(4.0)
-    led.record(MetricDP(epsilon=1.0))
+    led = _spent_ledger(data, d, 1.0)
     before = led.path.read_bytes()
     for extra in ([], ["--no-ledger"]):
         r = CliRunner().invoke(_app(), ["sanitize", str(data), "--embeddings", str(emb), "--ledger-dir", str(d),
@@ -331,9 +331,7 @@ def test_budget_refuses_a_folder(tmp_path):
 
 def test_a_deleted_ledger_is_detected_under_another_name_of_the_dataset(tmp_path, data):
     d = tmp_path / "ledgers"
-    led = Ledger(str(data), d)
-    led.set_budget(4.0)
-    led.record(MetricDP(epsilon=3.0))
+    led = _spent_ledger(data, d, 3.0)
     led.path.unlink()  # .head stays, under the first file name used
     copy = tmp_path / "other-name.txt"
     copy.write_bytes(data.read_bytes())
