@@ -32,28 +32,6 @@ def _default_output(input_name: str, builtin: bool, mechanism: str) -> Path:
     return p.with_name(f"{stem}.{tag}{suffix}")
 
 
-def _make_parents(out: Path) -> list[Path]:
-    """Create missing parent folders of ``out``; returns those created (deepest last)."""
-    created = []
-    parent = out.parent
-    missing = []
-    while str(parent) not in ("", ".") and not parent.exists():
-        missing.append(parent)
-        parent = parent.parent
-    for d in reversed(missing):
-        d.mkdir()
-        created.append(d)
-    return created
-
-
-def _remove_dirs(dirs: list[Path]) -> None:
-    for d in reversed(dirs):
-        try:
-            d.rmdir()  # only if still empty
-        except OSError:
-            pass
-
-
 @handle_errors
 def sanitize_command(
     input: str = typer.Argument("rotten-tomatoes", help="A built-in dataset name (see `textdp datasets`) or a "
@@ -143,7 +121,7 @@ def sanitize_command(
 
         raise OutputError(f"--output {str(out)!r} is a folder; give a file name inside it, e.g. {str(out / 'out.csv')!r}")
     io.detect_format(out)
-    created = _make_parents(out)
+    created = io.make_missing_folders(out.parent)
     try:
         io.check_output_path(out, [None if builtin else input], overwrite=overwrite)
         from textdp.accounting.ledger import check_output_outside_ledgers
@@ -161,7 +139,7 @@ def sanitize_command(
             if not force:  # a refusal known now costs no reading at all
                 led.check(mech.guarantee)
     except BaseException:
-        _remove_dirs(created)
+        io.remove_empty_folders(created)
         raise
 
     def reserve_budget():
@@ -189,7 +167,7 @@ def sanitize_command(
     except BaseException:
         if led is not None and reservation:
             led.cancel(reservation[0])
-        _remove_dirs(created)
+        io.remove_empty_folders(created)
         raise
     total_s = time.perf_counter() - t0
     warnings = json.loads(Path(card_file).read_text(encoding="utf-8")).get("warnings") or []

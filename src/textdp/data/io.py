@@ -46,6 +46,8 @@ __all__ = [
     "iter_table_chunks",
     "write_table",
     "atomic_output",
+    "make_missing_folders",
+    "remove_empty_folders",
     "atomic_outputs",
     "check_output_path",
     "describe_os_error",
@@ -575,8 +577,10 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
         yield tmp
 
 
-def _make_parents(folder: Path) -> list[Path]:
-    """Create ``folder`` and its missing parents; returns those created (outermost first)."""
+def make_missing_folders(folder: str | os.PathLike) -> list[Path]:
+    """Create ``folder`` and its missing parents; returns those created (outermost first),
+    for :func:`remove_empty_folders` to undo on failure."""
+    folder = Path(folder)
     missing = []
     p = folder
     while not p.exists() and p != p.parent:
@@ -589,7 +593,9 @@ def _make_parents(folder: Path) -> list[Path]:
     return created
 
 
-def _remove_empty(dirs: list[Path]) -> None:
+def remove_empty_folders(dirs: list[Path]) -> None:
+    """Remove the folders of ``dirs`` (as returned by :func:`make_missing_folders`) that are
+    still empty, innermost first; never raises."""
     for d in reversed(dirs):
         with contextlib.suppress(OSError):
             d.rmdir()  # only if still empty
@@ -622,7 +628,7 @@ def atomic_outputs(paths, create_parents: bool = False):
             parent = out.parent if str(out.parent) else Path(".")
             try:
                 if create_parents:
-                    created += _make_parents(parent)
+                    created += make_missing_folders(parent)
                 fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
             except OSError as exc:
                 raise _write_error(exc, out) from None
@@ -657,7 +663,7 @@ def atomic_outputs(paths, create_parents: bool = False):
                         os.unlink(backup)  # out was never replaced: rename() of a file onto itself is a no-op
                 elif not existed:
                     os.unlink(out)
-        _remove_empty(created)
+        remove_empty_folders(created)
         if isinstance(exc, OSError) and not isinstance(exc, OutputError):
             hit = next((o for o, t in zip(outs, temps) if _is_about(exc, {o, t})), None)
             if hit is None and getattr(exc, "filename", None) is None and exc.errno in _WRITE_ERRNOS:
@@ -849,7 +855,7 @@ def atomic_output_dir(
     try:
         try:
             if create_parents:
-                created = _make_parents(parent)
+                created = make_missing_folders(parent)
             tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
             os.chmod(tmp, 0o777 & ~_umask())
         except OSError as exc:
@@ -888,7 +894,7 @@ def atomic_output_dir(
 
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-        _remove_empty(created)
+        remove_empty_folders(created)
         if isinstance(exc, OSError) and not isinstance(exc, OutputError) and tmp is not None:
             name = getattr(exc, "filename", None)
             inside = None
