@@ -415,10 +415,9 @@ class Ledger:
 
         rid = uuid.uuid4().hex
         with self.lock():
-            self.check_integrity()
             forced = False
             try:
-                self.check(guarantee)
+                self.check(guarantee)  # checks the ledger's integrity first
             except BudgetExceededError:
                 if not force:
                     raise
