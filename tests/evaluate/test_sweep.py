@@ -230,8 +230,10 @@ def test_cli_pretraining_writes_its_result_and_names_what_it_ignores(tmp_path, m
     assert r.exit_code == 0, r.output
     assert calls == [("santext", 3.0)]
     assert "compares one cell" in r.output and "--max-docs" in r.output
+    assert "--model" not in r.output and "--workers" not in r.output  # only options the user typed
     saved = json.loads((out / "pretraining.json").read_text())
-    assert saved["gain"] == 0.02 and saved["dp_release"] is False and "not a DP release" in r.output
+    assert saved["gain"] == 0.02 and saved["dp_release"] is False \
+        and "neither this report nor the sanitized text kept in cache/ is a DP release" in " ".join(r.output.split())
     r = CliRunner().invoke(app, ["evaluate", "--pretraining", "tiny", "-m", "santext", "-e", "3", "-o", str(out)])
     assert r.exit_code == 2 and "--overwrite" in r.output
 

@@ -20,6 +20,7 @@ from textdp.cli._common import split_list as _split  # noqa: E402  (strict comma
 
 @handle_errors
 def evaluate_command(
+    ctx: typer.Context,
     dataset: str = typer.Option("rotten-tomatoes", "--dataset", "-d", help="Built-in labelled dataset "
                                 "(rotten-tomatoes, drug-reviews, 20newsgroups, reuters-r8, bbc-news) or two "
                                 "labelled files TRAIN,TEST (columns named by --text-column / --label-column)."),
@@ -98,14 +99,11 @@ def evaluate_command(
         out_dir = check_output_dir(output, overwrite=overwrite, create_parents=True)
         if (out_dir / "pretraining.json").exists() and not overwrite:
             raise ParameterError(f"{str(out_dir / 'pretraining.json')!r} already exists; pass --overwrite")
-        ignored = [o for o, used in (("--max-docs", max_docs is not None), ("--model", model.strip().lower() != "tfidf"),
-                                     ("--workers", workers != 1), ("--epochs", epochs is not None),
-                                     ("--attacks", attacks.strip().lower() != "bayes,mask"),
-                                     ("--mlm", mlm is not None), ("--mlm-preset", mlm_preset != "small"),
-                                     ("--prior", prior != "wordfreq"),
-                                     ("--max-attack-tokens", max_attack_tokens != 10000),
-                                     ("--max-mask-positions", max_mask_positions != 3000),
-                                     ("--w", w != 0.9), ("--p", p != 0.3)) if used]
+        # options the user typed (typer may vendor its own click: compare the source by name)
+        given = {o.name: o.opts[0] for o in ctx.command.params
+                 if getattr(ctx.get_parameter_source(o.name), "name", None) == "COMMANDLINE"}
+        ignored = [given[n] for n in ("max_docs", "model", "workers", "epochs", "attacks", "mlm", "mlm_preset",
+                                      "prior", "max_attack_tokens", "max_mask_positions", "w", "p") if n in given]
         if not quiet and (len(mech_list) > 1 or len(eps_vals) > 1):
             err_console.print(f"[yellow]warning:[/] --pretraining compares one cell: {esc(mech_list[0])} at "
                               f"ε={eps_vals[0]:g} (the first of --mechanisms and --epsilons)", highlight=False)
@@ -132,8 +130,7 @@ def evaluate_command(
                               f"sanitization-aware {res['sanitization_aware']:.3f} (gain {res['gain']:+.3f})")
         if not quiet:
             err_console.print(f"written: {esc(str(out_dir / 'pretraining.json'))}")
-            err_console.print("note: not a DP release (computed from the clear text); nothing is recorded in the "
-                              "budget ledger", highlight=False)
+            err_console.print(f"note: {NOT_A_RELEASE}.", highlight=False)
         return
     from textdp.evaluate import run_sweep
 
@@ -178,10 +175,9 @@ def evaluate_command(
     if not quiet:
         err_console.print(f"report: {esc(str(Path(output) / 'report.html'))}  ({res.seconds:.1f} s"
                           + (f", {res.resumed_cells} cells from cache" if res.resumed_cells else "") + ")")
-        err_console.print("note: an evaluation is computed from the clear text (clean accuracy, attacks against "
-                          "the originals), so neither the report nor the sanitized text in cache/ is a DP release; "
-                          "nothing is recorded in the budget ledger. Release text with `textdp sanitize`.",
-                          highlight=False)
+        from textdp.evaluate.report import NOT_A_RELEASE
+
+        err_console.print(f"note: {NOT_A_RELEASE}.", highlight=False)
 
 
 _SHORT_HEADERS = {"epsilon": "ε", "utility_sanitized": "util\nsan", "utility_clean": "util\nclean",
