@@ -129,6 +129,10 @@ class MetricDP(Guarantee):
     unit: str = "token"
     neighbours: str = "replace-one"
     epsilon0: float = 0.0
+    #: plain-DP view: the largest log-ratio ln p(y|x)/p(y|x') of the mechanism's channel over every
+    #: pair of inputs the release accepts (out-of-vocabulary against in-vocabulary included), per unit;
+    #: None when not computed, math.inf when unbounded. Data-independent (parameters + public data).
+    worst_case_epsilon: float | None = None
     kind = "metric-dp"
 
     def __post_init__(self):
@@ -151,6 +155,8 @@ class UMLDP(Guarantee):
     sensitive_fraction: float = 0.9
     unit: str = "token"
     neighbours: str = "replace-one"
+    #: as :attr:`MetricDP.worst_case_epsilon` (infinite when non-sensitive words are ever kept)
+    worst_case_epsilon: float | None = None
     kind = "umldp"
 
     def __post_init__(self):
