@@ -38,11 +38,40 @@ the ledger therefore keeps metric guarantees in their own per-token currency.
 Conversions to (epsilon, delta) use Google's ``dp_accounting`` (the RDP
 conversion of Canonne, Kamath & Steinke 2020 / Asoodeh et al.), with a
 closed-form fallback when it is not installed.
+
+Currencies (what the budget ledger charges)
+-------------------------------------------
+A group key is also the *currency* a release spends and a budget names
+(``textdp budget set DATASET --epsilon E --currency metric/token``). Every term
+of a guarantee is charged (:func:`charges`):
+
+* ``dp/<unit>/<neighbours>``: ``epsilon`` (and ``delta``) of the composition.
+  Local DP shares the currency of central DP on the same unit (an epsilon-LDP
+  release is epsilon-DP for the dataset at that unit), so ``ldp/token`` names
+  ``dp/token/replace-one``.
+* ``metric/<unit>``: two named components, both summed over releases:
+  ``epsilon`` (per unit of metric distance) and ``epsilon0`` (the additive term
+  per unit: SanText+'s ``ln(1/p)`` plus the sampler's float cost, and the small
+  sampler cost of MetricDP). A budget caps each component.
+* ``none``: a release without privacy; its loss is unbounded.
+
+A term that is infinite (SanText+ with ``p = 0`` has ``epsilon0 = inf``; a
+NoPrivacy release) fits no finite budget (:func:`unbounded_terms`).
+
+Worst case in plain DP (:func:`worst_case_per_token`): the largest log-ratio
+``ln p(y|x)/p(y|x')`` over every pair of accepted inputs, per token. Metric
+guarantees carry it as ``worst_case_epsilon`` (None when not computed);
+composition adds it over releases (sequential composition of pure DP). For a
+pure/local DP guarantee on tokens or documents it is its epsilon (doubled under
+add/remove, where replacing a token is a removal plus an addition). Per
+document of ``L`` tokens (position-wise replacement) a per-token figure is
+multiplied by ``L``; a per-document DP figure is not.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from textdp.accounting.guarantees import (
@@ -66,6 +95,12 @@ __all__ = [
     "rdp_to_epsilon",
     "spent_epsilon",
     "metric_to_document",
+    "CURRENCY_HELP",
+    "parse_currency",
+    "charges",
+    "unbounded_terms",
+    "worst_case_per_token",
+    "worst_case_per_document",
 ]
 
 DEFAULT_ORDERS: tuple[float, ...] = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0,
@@ -143,13 +178,15 @@ def compose(guarantees: Sequence[Guarantee], delta: float = 1e-6) -> Guarantee:
         metrics = list(dict.fromkeys(g.metric for g in gs))
         metric = metrics[0] if len(metrics) == 1 else "max(" + ", ".join(metrics) + ")"
         first = type(first)(**{**first.__dict__, "metric": metric})
+        wcs = [getattr(g, "worst_case_epsilon", None) for g in gs]
+        wc = None if any(w is None for w in wcs) else float(sum(wcs))  # plain-DP view adds too
         if all(isinstance(g, MetricDP) for g in gs):
             return MetricDP(epsilon=eps, metric=first.metric, unit=first.unit, neighbours=first.neighbours,
-                            epsilon0=sum(g.epsilon0 for g in gs))
+                            epsilon0=sum(g.epsilon0 for g in gs), worst_case_epsilon=wc)
         e0 = sum(getattr(g, "epsilon0", 0.0) for g in gs)
         w = min(getattr(g, "sensitive_fraction", 1.0) for g in gs)
         return UMLDP(epsilon=eps, epsilon0=e0, metric=first.metric, sensitive_fraction=w, unit=first.unit,
-                     neighbours=first.neighbours)
+                     neighbours=first.neighbours, worst_case_epsilon=wc)
     unit, nb = first.unit, first.neighbours
     if all(isinstance(g, LocalDP) for g in gs):
         return LocalDP(epsilon=sum(g.epsilon for g in gs), unit=unit, neighbours=nb)
@@ -188,8 +225,8 @@ def spent_epsilon(g: Guarantee, delta: float = 1e-6) -> tuple[float, float]:
 
     DP group: pure/local -> ``(eps, 0)``; approx -> ``(eps, delta)``; RDP ->
     converted at ``delta``. Metric group: ``(eps, 0)`` in its own per-unit
-    currency (UMLDP's additive ``epsilon0`` is reported, not charged). None:
-    ``(inf, 1)``.
+    currency; its additive ``epsilon0`` is a second component charged beside it
+    (see :func:`charges`). None: ``(inf, 1)``.
     """
     if isinstance(g, NoPrivacy):
         return math.inf, 1.0
@@ -213,3 +250,130 @@ def metric_to_document(g: MetricDP | UMLDP, max_tokens: int, diameter: float) ->
         raise ParameterError("need max_tokens >= 1 and a positive finite diameter")
     eps = g.epsilon * max_tokens * diameter + max_tokens * getattr(g, "epsilon0", 0.0)
     return PureDP(epsilon=eps, unit="document", neighbours="replace-one")
+
+
+# ---------------------------------------------------------------------------- currencies
+
+#: what ``--currency`` accepts (one line, for help texts and errors)
+CURRENCY_HELP = ("metric/token (SanText, SanText+, FBDD: metric ε per unit of embedding distance and the additive "
+                 "ε₀ per token), dp/document/replace-one (DP per document: HDP-LDA), dp/token/replace-one (DP or "
+                 "LDP per token: LP/OLP-LDA), or any group key dp/<unit>/<replace-one|add-remove>, metric/<unit>; "
+                 "short forms: metric-token, dp-document, ldp-token")
+
+_NEIGHBOURS = ("replace-one", "add-remove")
+
+
+def parse_currency(text: str) -> str:
+    """The canonical currency (a group key, see the module docstring) named by ``text``.
+
+    Accepts a group key (``metric/token``, ``dp/document/replace-one``), the same with
+    ``-`` separators (``metric-token``, ``dp-document-add-remove``), and ``dp/<unit>`` or
+    ``ldp/<unit>`` for ``dp/<unit>/replace-one`` (local DP shares central DP's currency).
+    Raises ParameterError (one line) otherwise.
+    """
+    raw = str(text).strip()
+    t = raw.lower()
+    bad = ParameterError(f"unknown currency {raw[:40]!r}; use {CURRENCY_HELP}")
+    if not t:
+        raise bad
+    if t == "none":
+        raise ParameterError("a budget cannot be set in currency 'none': a release without privacy has an "
+                             "unbounded loss and fits no budget")
+    if "/" in t:
+        parts = t.split("/")
+    else:  # dashes: keep the neighbouring relation's own dash
+        parts = t.split("-")
+        if len(parts) >= 2 and "-".join(parts[-2:]) in _NEIGHBOURS:
+            parts = [*parts[:-2], "-".join(parts[-2:])]
+    kind, rest = parts[0], parts[1:]
+    if not rest or not all(re.fullmatch(r"[a-z][a-z0-9_]{0,30}", u) for u in rest[:1]):
+        raise bad
+    unit = rest[0]
+    if kind == "metric" and len(rest) == 1:
+        return f"metric/{unit}"
+    if kind in ("dp", "ldp") and len(rest) in (1, 2):
+        nb = rest[1] if len(rest) == 2 else "replace-one"
+        if nb not in _NEIGHBOURS:
+            raise bad
+        return f"dp/{unit}/{nb}"
+    raise bad
+
+
+def charges(g: Guarantee, delta: float = 1e-6) -> dict[str, float]:
+    """Every term a (composed) guarantee charges against a budget in its currency.
+
+    DP group: ``{"epsilon", "delta"}`` (:func:`spent_epsilon`). Metric group:
+    ``{"epsilon", "epsilon0"}``: the metric epsilon per unit of distance and the
+    additive epsilon0 per unit (UMLDP's ``ln(1/p)`` + sampler cost; MetricDP's sampler
+    cost). None: ``{"epsilon": inf, "delta": 1}``.
+    """
+    if isinstance(g, _METRIC):
+        return {"epsilon": float(g.epsilon), "epsilon0": float(getattr(g, "epsilon0", 0.0) or 0.0)}
+    eps, dlt = spent_epsilon(g, delta)
+    return {"epsilon": eps, "delta": dlt}
+
+
+def unbounded_terms(g: Guarantee) -> list[tuple[str, str]]:
+    """``[(term, why), ...]`` for every infinite term of ``g`` (empty when all are finite).
+
+    Such a release fits no finite budget: its privacy loss is unbounded.
+    """
+    if isinstance(g, NoPrivacy):
+        return [("epsilon", "no privacy guarantee" + (f" ({g.reason})" if g.reason else "")
+                 + ": the input is released unprotected")]
+    out: list[tuple[str, str]] = []
+    if isinstance(g, _METRIC):
+        if math.isinf(g.epsilon):
+            out.append(("epsilon", "every input is released unchanged"))
+        if math.isinf(getattr(g, "epsilon0", 0.0) or 0.0):
+            why = ("santext+ with p = 0 has epsilon0 = inf: non-sensitive words are released unprotected"
+                   if isinstance(g, UMLDP) else "the additive term is unbounded")
+            out.append(("epsilon0", why))
+    elif isinstance(g, RDP):
+        if all(math.isinf(e) for e in g.epsilons):
+            out.append(("epsilon", "the Rényi curve is infinite at every order"))
+    elif isinstance(g, _DP) and math.isinf(getattr(g, "epsilon", 0.0)):
+        out.append(("epsilon", "the loss is unbounded"))
+    return out
+
+
+def _doubling(g: Guarantee) -> int:
+    """Replacing one token is one neighbouring step under replace-one, two under add/remove."""
+    return 2 if g.neighbours == "add-remove" else 1
+
+
+def worst_case_per_token(g: Guarantee) -> tuple[float | None, str]:
+    """``(epsilon, note)``: the plain-DP worst case of ``g`` for a change of one token.
+
+    Metric guarantees: their ``worst_case_epsilon`` (None: "not computed"). Pure or
+    local DP per token or per document: epsilon (x2 under add/remove). NoPrivacy:
+    inf. Otherwise None with the reason (approximate or Rényi DP has no pure figure; a
+    unit other than token or document says nothing per token).
+    """
+    if isinstance(g, NoPrivacy):
+        return math.inf, "no privacy"
+    if isinstance(g, _METRIC):
+        wc = getattr(g, "worst_case_epsilon", None)
+        if wc is None:
+            return None, "not computed"
+        return float(wc), "largest log-ratio of the channel over accepted inputs"
+    if isinstance(g, (PureDP, LocalDP)):
+        if g.unit not in ("token", "document"):
+            return None, f"per {g.unit}: no per-token figure"
+        return _doubling(g) * float(g.epsilon), f"pure DP per {g.unit}"
+    return None, "approximate or Rényi DP: no pure-DP figure"
+
+
+def worst_case_per_document(g: Guarantee, document_tokens: int) -> tuple[float | None, str]:
+    """``(epsilon, note)``: the plain-DP worst case of ``g`` for two documents of
+    ``document_tokens`` tokens that differ position-wise (sequential composition over
+    positions: a per-token figure times L; a per-document DP figure as is)."""
+    L = int(document_tokens)
+    if L < 1:
+        raise ParameterError(f"the document length must be at least 1 token, got {document_tokens!r}")
+    per_token, note = worst_case_per_token(g)
+    if per_token is None:
+        return None, note
+    if isinstance(g, (PureDP, LocalDP)) and g.unit == "document":
+        return per_token, note
+    return (math.inf if math.isinf(per_token) else per_token * L), note

@@ -45,10 +45,31 @@ given to the Python API) uses its name: ``rotten-tomatoes.jsonl``.
 Where: ``$TEXTDP_LEDGER_DIR`` if set, else ``$TEXTDP_CACHE/ledgers`` (default
 ``~/.cache/textdp/ledgers``).
 
-The budget caps each composition group separately (a DP epsilon per document
-and a metric epsilon per token are different currencies; see
-``composition.py``): a release is refused when, for its group, the composed
-spend including it would exceed the budget's epsilon (or delta).
+Currencies (see ``composition.py``). A composition group is a *currency*: a DP
+epsilon per document (``dp/document/replace-one``), a DP/LDP epsilon per token
+(``dp/token/replace-one``) and a metric epsilon per token (``metric/token``) are
+never added. Every term of every release is charged (:func:`~textdp.accounting.
+composition.charges`): epsilon (and delta) in a DP currency; epsilon AND the
+additive epsilon0 in a metric currency (SanText+'s ``ln(1/p)`` + sampler cost,
+MetricDP's sampler cost), each summed over releases. A budget entry names its
+currency (``currency``) and caps ``epsilon`` (and ``delta`` in a DP currency,
+``epsilon0`` in a metric one; without an explicit ``epsilon0`` cap the epsilon0
+component is capped by the same number as epsilon). The current budget of a
+currency is the last budget entry naming it.
+
+A budget entry without a currency (every entry written before currencies, and
+``textdp budget set DATASET --epsilon E`` without ``--currency``) is a wildcard:
+it caps every currency that has no budget of its own, each separately, at that
+epsilon (the behaviour before currencies). Under budgets that all name a
+currency, a release in a currency none of them names is refused
+(:class:`CurrencyNotBudgetedError`). With no budget at all, every release is
+recorded and nothing is refused.
+
+A release is refused (a :class:`~textdp.errors.BudgetExceededError`; the CLI's
+``--force`` records it anyway with ``"forced": true`` and ``forced_reason``) when,
+with a budget: a term of its guarantee is infinite (:class:`UnboundedTermError`:
+SanText+ with ``p = 0``, a NoPrivacy release); its currency is not budgeted; or,
+in its currency, the composed spend including it would exceed a cap.
 """
 
 from __future__ import annotations
@@ -64,12 +85,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textdp.accounting.composition import compose_by_group, group_key, spent_epsilon
+from textdp.accounting.composition import (
+    charges,
+    compose_by_group,
+    group_key,
+    parse_currency,
+    unbounded_terms,
+    worst_case_per_document,
+    worst_case_per_token,
+)
 from textdp.accounting.guarantees import Guarantee, guarantee_from_dict
 from textdp.errors import BudgetExceededError, InputError, ParameterError
 
 __all__ = ["Ledger", "Budget", "ledger_dir", "dataset_id", "dataset_key", "hash_input", "DEFAULT_DELTA",
-           "check_output_outside_ledgers"]
+           "check_output_outside_ledgers", "UnboundedTermError", "CurrencyNotBudgetedError"]
+
+
+class UnboundedTermError(BudgetExceededError):
+    """A release with an infinite term (e.g. SanText+ with p = 0: epsilon0 = inf) under a finite budget."""
+
+
+class CurrencyNotBudgetedError(BudgetExceededError):
+    """A release in a currency that the dataset's budgets do not name."""
 
 DEFAULT_DELTA = 1e-6  # delta used to convert RDP spends when no budget delta is set
 LEDGER_VERSION = 1
@@ -160,10 +197,37 @@ def hash_input(path: str | os.PathLike | None, block: int = 1 << 22) -> str | No
 
 @dataclass(frozen=True)
 class Budget:
-    """A dataset's budget: ``epsilon`` per composition group, optional ``delta``."""
+    """A dataset's budget in one currency (``currency``: a group key such as
+    ``metric/token``; None: a wildcard that caps every currency without a budget of
+    its own). ``epsilon`` caps the composed epsilon; ``delta`` the composed delta (DP
+    currencies); ``epsilon0`` the composed additive term (metric currencies; None:
+    capped by ``epsilon``)."""
 
     epsilon: float
     delta: float | None = None
+    currency: str | None = None
+    epsilon0: float | None = None
+
+    @property
+    def epsilon0_cap(self) -> float:
+        """The cap of the additive epsilon0 component (``epsilon0``, else ``epsilon``)."""
+        return self.epsilon if self.epsilon0 is None else self.epsilon0
+
+    @classmethod
+    def from_entry(cls, e: dict[str, Any]) -> "Budget":
+        """The budget of a ledger ``budget`` entry (an entry without a currency: a wildcard)."""
+        return cls(float(e["epsilon"]), None if e.get("delta") is None else float(e["delta"]),
+                   e.get("currency") or None, None if e.get("epsilon0") is None else float(e["epsilon0"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon, "delta": self.delta, "currency": self.currency,
+                "epsilon0": self.epsilon0}
+
+    def describe(self) -> str:
+        cur = self.currency or "every currency"
+        extra = (f", δ = {self.delta:g}" if self.delta else "") + (
+            f", ε₀ = {self.epsilon0:g}" if self.epsilon0 is not None else "")
+        return f"ε = {self.epsilon:g}{extra} ({cur})"
 
 
 def _now() -> str:
@@ -239,12 +303,29 @@ class Ledger:
         return out
 
     def budget(self) -> Budget | None:
-        """The current budget (the last ``budget`` entry), or None."""
+        """The last ``budget`` entry set (in any currency), or None. For checks use
+        :meth:`budgets` / :meth:`budget_for`: a dataset may have one budget per currency."""
         b = None
         for e in self.entries():
             if e.get("type") == "budget":
-                b = Budget(float(e["epsilon"]), None if e.get("delta") is None else float(e["delta"]))
+                b = Budget.from_entry(e)
         return b
+
+    def budgets(self, entries: list[dict[str, Any]] | None = None) -> dict[str | None, Budget]:
+        """The current budget of each currency: ``{currency: Budget}``, the last entry per
+        currency (key None: the wildcard budget of entries without a currency)."""
+        out: dict[str | None, Budget] = {}
+        for e in self.entries() if entries is None else entries:
+            if e.get("type") == "budget":
+                b = Budget.from_entry(e)
+                out.pop(b.currency, None)  # keep the order in which they were last set
+                out[b.currency] = b
+        return out
+
+    def budget_for(self, currency: str, budgets: dict[str | None, Budget] | None = None) -> Budget | None:
+        """The budget that caps ``currency``: its own, else the wildcard, else None."""
+        budgets = self.budgets() if budgets is None else budgets
+        return budgets.get(currency) or budgets.get(None)
 
     def releases(self) -> list[dict[str, Any]]:
         return [e for e in self.entries() if e.get("type") == "release"]
@@ -263,35 +344,92 @@ class Ledger:
         spend += [e for e in self.open_reservations(entries) if e.get("id") != exclude_reservation]
         return [guarantee_from_dict(e["guarantee"]) for e in spend]
 
-    def _delta(self) -> float:
-        b = self.budget()
+    def _delta(self, currency: str | None = None, budgets: dict[str | None, Budget] | None = None) -> float:
+        """The delta used to convert RDP spends in ``currency``: its budget's delta, else DEFAULT_DELTA."""
+        budgets = self.budgets() if budgets is None else budgets
+        b = self.budget_for(currency, budgets) if currency is not None else budgets.get(None)
         return b.delta if (b is not None and b.delta) else DEFAULT_DELTA
 
     def spent(self) -> dict[str, Guarantee]:
-        """Composed spend per group: ``{group_key: guarantee}``."""
-        return compose_by_group(self.guarantees(), self._delta())
+        """Composed spend per currency (group): ``{group_key: guarantee}``."""
+        gs = self.guarantees()
+        budgets = self.budgets()
+        out: dict[str, Guarantee] = {}
+        for g in gs:
+            out.setdefault(group_key(g), None)
+        for key in out:
+            out[key] = compose_by_group([g for g in gs if group_key(g) == key], self._delta(key, budgets))[key]
+        return out
 
-    def summary(self) -> dict[str, Any]:
-        """Machine-readable state: budget, per-group spend and remaining, release count."""
-        b = self.budget()
-        delta = self._delta()
-        groups = {}
-        for key, g in self.spent().items():
-            eps, dlt = spent_epsilon(g, delta)
-            groups[key] = {
+    def summary(self, document_tokens: int | None = None) -> dict[str, Any]:
+        """Machine-readable state: budgets, per-currency spend of every term and what
+        remains, the worst case in plain DP per token (and per document of
+        ``document_tokens`` tokens when given), release count.
+
+        ``groups[currency]``: ``epsilon``, ``delta`` (DP) or ``epsilon0`` (metric),
+        ``remaining_*`` under the budget that caps it (None: no budget), ``budget``,
+        ``budgeted`` (False when budgets exist but none names this currency), and
+        ``worst_case_epsilon_per_token`` (None: not computed for every release, see
+        ``worst_case_note``). ``worst_case``: the sum over currencies (None unless
+        every currency has a figure).
+        """
+        entries = self.entries()
+        budgets = self.budgets(entries)
+        last = None
+        for e in entries:
+            if e.get("type") == "budget":
+                last = Budget.from_entry(e)
+        gs = self.guarantees()
+        groups: dict[str, Any] = {}
+        keys = list(dict.fromkeys(group_key(g) for g in gs))
+        for key in keys:
+            members = [g for g in gs if group_key(g) == key]
+            b = self.budget_for(key, budgets)
+            delta = self._delta(key, budgets)
+            g = compose_by_group(members, delta)[key]
+            ch = charges(g, delta)
+            row: dict[str, Any] = {
+                "currency": key,
                 "guarantee": g.to_dict(),
                 "describe": g.describe(),
-                "epsilon": eps,
-                "delta": dlt,
-                "remaining_epsilon": None if b is None else b.epsilon - eps,
+                "epsilon": ch["epsilon"],
+                "delta": ch.get("delta", 0.0),
+                "remaining_epsilon": None if b is None else b.epsilon - ch["epsilon"],
+                "budget": None if b is None else b.to_dict(),
+                "budgeted": b is not None or not budgets,
             }
+            if "epsilon0" in ch:
+                row["epsilon0"] = ch["epsilon0"]
+                row["remaining_epsilon0"] = None if b is None else b.epsilon0_cap - ch["epsilon0"]
+            wc, note = worst_case_per_token(g)
+            missing = sum(1 for m in members if worst_case_per_token(m)[0] is None)
+            if wc is None and missing:
+                note = f"{note} for {missing} of {len(members)} releases"
+            row["worst_case_epsilon_per_token"] = wc
+            row["worst_case_note"] = note
+            if document_tokens is not None:
+                row["worst_case_epsilon_per_document"] = worst_case_per_document(g, document_tokens)[0]
+            groups[key] = row
+        per_token = [r["worst_case_epsilon_per_token"] for r in groups.values()]
+        worst = {
+            "per_token": None if (not per_token or any(x is None for x in per_token)) else float(sum(per_token)),
+            "note": ("sum over currencies of the plain-DP worst case for a change of one token "
+                     "(sequential composition); None when a currency has no figure"),
+        }
+        if document_tokens is not None:
+            per_doc = [r["worst_case_epsilon_per_document"] for r in groups.values()]
+            worst["document_tokens"] = int(document_tokens)
+            worst["per_document"] = (None if (not per_doc or any(x is None for x in per_doc))
+                                     else float(sum(per_doc)))
         return {
             "dataset": self.dataset,
             "ledger": str(self.path),
-            "budget": None if b is None else {"epsilon": b.epsilon, "delta": b.delta},
+            "budget": None if last is None else last.to_dict(),
+            "budgets": {("*" if c is None else c): b.to_dict() for c, b in budgets.items()},
             "releases": len(self.releases()),
-            "open_reservations": len(self.open_reservations()),
+            "open_reservations": len(self.open_reservations(entries)),
             "groups": groups,
+            "worst_case": worst,
             "chain_ok": self.verify(),
         }
 
@@ -323,34 +461,69 @@ class Ledger:
 
     # ------------------------------------------------------------ checking
     def check(self, guarantee: Guarantee, exclude_reservation: str | None = None) -> None:
-        """Raise BudgetExceededError (with the numbers) when ``guarantee`` would overspend.
+        """Raise BudgetExceededError (one line, with the numbers) when ``guarantee`` may not
+        be released under the dataset's budgets: an infinite term (UnboundedTermError), a
+        currency no budget names (CurrencyNotBudgetedError), or a composed epsilon,
+        epsilon0 or delta over its cap.
 
         No budget set: always allowed. Open reservations count as spent, except
         ``exclude_reservation`` (the reservation this guarantee replaces). Raises
         InputError first when the ledger fails its integrity check.
         """
+        reason = self.refusal(guarantee, exclude_reservation)
+        if reason is not None:
+            raise reason
+
+    def refusal(self, guarantee: Guarantee, exclude_reservation: str | None = None) -> BudgetExceededError | None:
+        """The error :meth:`check` would raise for ``guarantee`` (None: allowed). Raises
+        InputError when the ledger fails its integrity check."""
         self.check_integrity()
-        b = self.budget()
-        if b is None:
-            return
+        entries = self.entries()
+        budgets = self.budgets(entries)
+        if not budgets:
+            return None
         key = group_key(guarantee)
-        delta = self._delta()
+        b = self.budget_for(key, budgets)
+        force_hint = "pass --force to release anyway (recorded as forced, and stated on the card)"
+        infinite = unbounded_terms(guarantee)
+        if infinite:
+            term, why = infinite[0]
+            shown = b if b is not None else next(iter(budgets.values()))
+            return UnboundedTermError(
+                f"{why}; this release ({guarantee.describe()}) has {term} = ∞ and no finite budget covers it "
+                f"(budget of {self.dataset!r}: {shown.describe()}); {force_hint}")
+        if b is None:
+            named = ", ".join(sorted(c for c in budgets if c is not None))
+            return CurrencyNotBudgetedError(
+                f"this release ({guarantee.describe()}) spends currency {key}, but the budget of {self.dataset!r} "
+                f"names only {named}: set one for it with `textdp budget set DATASET --epsilon E --currency {key}` "
+                f"or {force_hint}")
+        delta = self._delta(key, budgets)
         others = self.guarantees(exclude_reservation)
         new_total = compose_by_group([*others, guarantee], delta)[key]
-        eps, dlt = spent_epsilon(new_total, delta)
-        before = compose_by_group(others, delta).get(key)
-        eps_before = spent_epsilon(before, delta)[0] if before is not None else 0.0
-        over_delta = b.delta is not None and dlt > b.delta * (1 + 1e-12)
+        after = charges(new_total, delta)
+        before_g = compose_by_group(others, delta).get(key)
+        before = charges(before_g, delta) if before_g is not None else {k: 0.0 for k in after}
+        tail = f"; {force_hint} or raise it with `textdp budget set`"
+        eps, eps_before = after["epsilon"], before["epsilon"]
+        over_delta = "delta" in after and b.delta is not None and after["delta"] > b.delta * (1 + 1e-12)
         if eps > b.epsilon * (1 + 1e-12) or over_delta:
-            what = guarantee.describe()
             need = "∞ (no privacy)" if math.isinf(eps) else f"{eps - eps_before:.4g}"
-            delta_note = f", delta {dlt:.3g} > {b.delta:.3g}" if over_delta else ""
-            raise BudgetExceededError(
-                f"privacy budget of {self.dataset!r} exceeded: this release ({what}) needs ε={need}, "
-                f"{eps_before:.4g} already spent in group {key} of a budget of ε={b.epsilon:g} "
-                f"(remaining {max(0.0, b.epsilon - eps_before):.4g}){delta_note}; "
-                "pass --force to release anyway (recorded as forced) or raise it with `textdp budget set`"
-            )
+            delta_note = f", delta {after['delta']:.3g} > {b.delta:.3g}" if over_delta else ""
+            return BudgetExceededError(
+                f"privacy budget of {self.dataset!r} exceeded: this release ({guarantee.describe()}) needs ε={need}, "
+                f"{eps_before:.4g} already spent in currency {key} of a budget of ε={b.epsilon:g} "
+                f"(remaining {max(0.0, b.epsilon - eps_before):.4g}){delta_note}{tail}")
+        if "epsilon0" in after and after["epsilon0"] > b.epsilon0_cap * (1 + 1e-12):
+            cap = b.epsilon0_cap
+            return BudgetExceededError(
+                f"privacy budget of {self.dataset!r} exceeded: this release ({guarantee.describe()}) needs "
+                f"ε₀={after['epsilon0'] - before['epsilon0']:.4g} (the additive term per {guarantee.unit}), "
+                f"{before['epsilon0']:.4g} already spent in currency {key} of a budget of ε₀={cap:g} "
+                f"(remaining {max(0.0, cap - before['epsilon0']):.4g}"
+                + ("" if b.epsilon0 is not None else "; without --epsilon0 the budget's ε caps ε₀ too")
+                + f"){tail}")
+        return None
 
     # ------------------------------------------------------------ writing
     def check_integrity(self) -> None:
@@ -389,19 +562,41 @@ class Ledger:
         os.replace(tmp, self.head_path)
         return entry
 
-    def set_budget(self, epsilon: float, delta: float | None = None) -> dict[str, Any]:
-        """Append a ``budget`` entry (the new budget replaces the old one for checks)."""
+    def set_budget(self, epsilon: float, delta: float | None = None, currency: str | None = None,
+                   epsilon0: float | None = None) -> dict[str, Any]:
+        """Append a ``budget`` entry: it replaces the budget of its currency for checks.
+
+        ``currency``: a group key or short form (:func:`~textdp.accounting.composition.
+        parse_currency`); None: a wildcard budget for every currency without its own.
+        ``delta``: the cap of a DP currency's composed delta; ``epsilon0``: the cap of a
+        metric currency's composed additive term (default: ``epsilon``).
+        """
+        def positive(x, name):
+            try:
+                v = float(x)
+            except (TypeError, ValueError):
+                raise ParameterError(f"budget {name} must be a number, got {x!r}") from None
+            if not (v > 0 and math.isfinite(v)):
+                raise ParameterError(f"budget {name} must be a positive finite number, got {x!r}")
+            return v
+
+        eps = positive(epsilon, "epsilon")
+        e0 = None if epsilon0 is None else positive(epsilon0, "epsilon0")
         try:
-            eps = float(epsilon)
+            dlt = None if delta is None else float(delta)
         except (TypeError, ValueError):
-            raise ParameterError(f"budget epsilon must be a number, got {epsilon!r}") from None
-        if not (eps > 0 and math.isfinite(eps)):
-            raise ParameterError(f"budget epsilon must be a positive finite number, got {epsilon!r}")
-        if delta is not None and not (0 <= float(delta) < 1):
+            raise ParameterError(f"budget delta must be a number, got {delta!r}") from None
+        if dlt is not None and not (0 <= dlt < 1):
             raise ParameterError(f"budget delta must be in [0, 1), got {delta!r}")
+        cur = None if currency is None else parse_currency(currency)
+        if cur is not None and cur.startswith("metric/") and dlt is not None:
+            raise ParameterError(f"--delta applies to dp/... currencies; {cur} has no delta (cap its additive term "
+                                 "with --epsilon0)")
+        if cur is not None and cur.startswith("dp/") and e0 is not None:
+            raise ParameterError(f"--epsilon0 applies to metric/... currencies; {cur} has no additive term")
         with self.lock():
             return self._append({"type": "budget", "time": _now(), "dataset": self.dataset, "epsilon": eps,
-                                 "delta": None if delta is None else float(delta),
+                                 "delta": dlt, "currency": cur, "epsilon0": e0,
                                  "input_sha256": self.input_sha256})
 
     def reserve(self, guarantee: Guarantee, command: str = "", force: bool = False) -> str:
@@ -415,17 +610,24 @@ class Ledger:
 
         rid = uuid.uuid4().hex
         with self.lock():
-            forced = False
-            try:
-                self.check(guarantee)  # checks the ledger's integrity first
-            except BudgetExceededError:
-                if not force:
-                    raise
-                forced = True
-            self._append({"type": "reservation", "id": rid, "time": _now(), "dataset": self.dataset,
-                          "command": command, "guarantee": guarantee.to_dict(), "group": group_key(guarantee),
-                          "forced": forced, "pid": os.getpid()})
+            refused = self.refusal(guarantee)  # checks the ledger's integrity first
+            if refused is not None and not force:
+                raise refused
+            entry = {"type": "reservation", "id": rid, "time": _now(), "dataset": self.dataset,
+                     "command": command, "guarantee": guarantee.to_dict(), "group": group_key(guarantee),
+                     "forced": refused is not None, "pid": os.getpid()}
+            if refused is not None:
+                entry["forced_reason"] = str(refused)
+            self._append(entry)
         return rid
+
+    def forced_reason(self, reservation: str) -> str | None:
+        """Why reservation ``reservation`` was forced (the refusal it overrode), or None when
+        it was not forced (or is unknown). The CLI states it on the terminal and the card."""
+        for e in self.entries():
+            if e.get("type") == "reservation" and e.get("id") == reservation:
+                return e.get("forced_reason") or ("forced" if e.get("forced") else None)
+        return None
 
     def cancel(self, reservation: str) -> dict[str, Any] | None:
         """Close an open reservation without a release (the run failed or was refused);
@@ -465,16 +667,14 @@ class Ledger:
             self.check_integrity()
             if reservation is not None and not any(e.get("id") == reservation for e in self.open_reservations()):
                 raise ParameterError(f"reservation {reservation!r} is not open in {self.path}")
-            forced = False
-            try:
-                self.check(guarantee, exclude_reservation=reservation)
-            except BudgetExceededError:
-                if not force:
-                    raise
-                forced = True
-            return self._record_locked(guarantee, card, command, forced, input_hash, reservation)
+            refused = self.refusal(guarantee, exclude_reservation=reservation)
+            if refused is not None and not force:
+                raise refused
+            return self._record_locked(guarantee, card, command, refused is not None, input_hash, reservation,
+                                       None if refused is None else str(refused))
 
-    def _record_locked(self, guarantee, card, command, forced, input_hash, reservation=None) -> dict[str, Any]:
+    def _record_locked(self, guarantee, card, command, forced, input_hash, reservation=None,
+                       forced_reason=None) -> dict[str, Any]:
         rnd = (card.get("randomness") or card.get("seed") or {}) if isinstance(card, dict) else {}
         seeded = bool(rnd.get("seeded", False)) if isinstance(rnd, dict) else False
         entry = {
@@ -491,6 +691,8 @@ class Ledger:
         }
         if reservation is not None:
             entry["reservation"] = reservation
+        if forced_reason is not None:
+            entry["forced_reason"] = forced_reason
         return self._append(entry)
 
 

@@ -1,4 +1,10 @@
-"""``textdp budget``: show and set a dataset's privacy budget (the ledger)."""
+"""``textdp budget``: show and set a dataset's privacy budget (the ledger).
+
+Currencies (see :mod:`textdp.accounting.ledger`): a budget names the currency it caps
+(``--currency metric/token``, ``dp/document/replace-one``, ...); without ``--currency``
+it caps every currency that has no budget of its own, each separately. Every term is
+charged: ε (and δ) in a DP currency; ε and the additive ε₀ in a metric currency.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,15 @@ import typer
 
 from textdp.cli._common import esc, handle_errors, opt_json, out_console, print_json
 
-budget_app = typer.Typer(help="Privacy-budget ledger of a dataset: what was released, what is left.",
-                         no_args_is_help=True)
+budget_app = typer.Typer(
+    help="Privacy-budget ledger of a dataset: what was released, what is left. Each guarantee spends one "
+         "currency (its composition group): metric/token (SanText, SanText+, FBDD: the metric ε per unit of "
+         "embedding distance AND the additive ε₀ per token, e.g. SanText+'s ln(1/p), both summed over releases), "
+         "dp/document/replace-one (DP per document), dp/token/replace-one (DP or LDP per token), ... A budget "
+         "names its currency (--currency); one set without it caps every currency without its own budget. "
+         "Under a budget, a release with an infinite term (SanText+ with p = 0) or in a currency no budget "
+         "names is refused unless --force (recorded as forced, stated on the card).",
+    no_args_is_help=True)
 
 
 def _opt_ledger_dir():
@@ -24,6 +37,21 @@ def _fmt(x) -> str:
     if isinstance(x, float) and math.isinf(x):
         return "∞"
     return f"{x:.4g}"
+
+
+def announce_forced(led, reservation: str) -> dict:
+    """For the releasing commands (sanitize, topics train) after ``led.reserve(..., force=True)``:
+    when the reservation overrode a refusal, print one warning line on stderr and return the
+    card fields that state it (``{"forced": True, "forced_reason": ...}``); otherwise ``{}``."""
+    from textdp.cli._common import err_console
+
+    reason = led.forced_reason(reservation)
+    if reason is None:
+        return {}
+    err_console.print(f"[bold yellow]warning:[/] --force: released although the budget refuses it: {esc(reason)}",
+                      highlight=False, soft_wrap=True)
+    return {"forced": True, "forced_reason": reason}
+
 
 
 def _plural(n: int, word: str, plural: str | None = None) -> str:
@@ -117,17 +145,25 @@ def _open(dataset: str, ledger_dir, creating: bool):
 def show(
     dataset: str = typer.Argument(..., help="Dataset: a file path or a built-in dataset name."),
     ledger_dir: Optional[str] = _opt_ledger_dir(),
+    document_tokens: Optional[int] = typer.Option(
+        None, "--document-tokens", help="Also show the worst case per document of this many tokens (tokens "
+        "replaced position-wise: a per-token figure times L). Default: no per-document column."),
     as_json: bool = opt_json(),
 ):
-    """Show the budget, the spend per guarantee group and every release of DATASET."""
+    """Show the budgets, the spend of every term per currency, the worst case in plain DP and every release."""
     from rich.table import Table
 
+    from textdp.errors import ParameterError
+
+    if document_tokens is not None and document_tokens < 1:
+        raise ParameterError(f"--document-tokens must be a positive number of tokens, got {document_tokens}")
     led = _open(dataset, ledger_dir, creating=False)
     _check_not_deleted(led, dataset)
-    summary = led.summary()
+    summary = led.summary(document_tokens=document_tokens)
     if as_json:
         summary["release_log"] = [
-            {k: e.get(k) for k in ("time", "command", "group", "guarantee", "input_sha256", "seeded", "forced")}
+            {k: e.get(k) for k in ("time", "command", "group", "guarantee", "input_sha256", "seeded", "forced",
+                                   "forced_reason")}
             for e in led.releases()
         ]
         summary["open_reservation_log"] = [
@@ -136,29 +172,58 @@ def show(
         ]
         print_json(summary)
         return
-    b = summary["budget"]
     out_console.print(f"dataset: {dataset}  (ledger {summary['ledger']})", highlight=False, markup=False)
-    out_console.print("budget: " + (f"ε = {b['epsilon']:g}" + (f", δ = {b['delta']:g}" if b["delta"] else "")
-                                    if b else "none set (textdp budget set DATASET --epsilon E)"), highlight=False)
+    budgets = summary["budgets"]
+    out_console.print("budget: " + ("; ".join(_budget_text(b) for b in budgets.values()) if budgets
+                                    else "none set (textdp budget set DATASET --epsilon E [--currency C])"),
+                      highlight=False, markup=False)
     if not summary["chain_ok"]:
         out_console.print("[bold red]warning:[/] the ledger's hash chain is broken: it was edited by hand")
     if not summary["groups"]:
         out_console.print("no releases recorded")
         return
-    t = Table(title="spend per guarantee group")
-    for c in ("group", "composed guarantee", "ε spent", "δ", "ε remaining"):
+    L = document_tokens
+    t = Table(title="spend per currency (every term charged)")
+    cols = ["currency", "composed guarantee", "spent", "budget", "remaining", "worst case ε per token"]
+    if L is not None:
+        cols.append(f"worst case ε per document ({L} tokens)")
+    for c in cols:
         t.add_column(c)
     for key, g in summary["groups"].items():
-        t.add_row(key, g["describe"], _fmt(g["epsilon"]), _fmt(g["delta"]), _fmt(g["remaining_epsilon"]))
+        spent = f"ε {_fmt(g['epsilon'])}" + (f", ε₀ {_fmt(g['epsilon0'])}" if "epsilon0" in g else
+                                             (f", δ {_fmt(g['delta'])}" if g.get("delta") else ""))
+        b = g["budget"]
+        if b is None:
+            cap = "not budgeted (refused without --force)" if not g["budgeted"] else "-"
+            rem = "-"
+        else:
+            cap = _budget_text(b, currency=False)
+            rem = f"ε {_fmt(g['remaining_epsilon'])}" + (
+                f", ε₀ {_fmt(g['remaining_epsilon0'])}" if "remaining_epsilon0" in g else "")
+        wc = g["worst_case_epsilon_per_token"]
+        row = [key, g["describe"], spent, cap, rem, _fmt(wc) if wc is not None else g["worst_case_note"]]
+        if L is not None:
+            wd = g.get("worst_case_epsilon_per_document")
+            row.append(_fmt(wd) if wd is not None else g["worst_case_note"])
+        t.add_row(*(esc(str(x)) for x in row))
     out_console.print(t)
+    w = summary["worst_case"]
+    if w["per_token"] is not None:
+        out_console.print(f"worst case over every currency, in plain DP: ε = {_fmt(w['per_token'])} per token"
+                          + (f", ε = {_fmt(w['per_document'])} per document of {L} tokens"
+                             if L is not None and w.get("per_document") is not None else ""),
+                          highlight=False, markup=False)
+    else:
+        out_console.print("worst case over every currency, in plain DP: not computed (a currency has no figure; "
+                          "see its row)", highlight=False, markup=False)
     r = Table(title=_plural(summary["releases"], "release"))
-    for c in ("time", "command", "guarantee", "seeded", "forced"):
+    for c in ("time", "command", "guarantee", "currency", "seeded", "forced"):
         r.add_column(c)
     from textdp.accounting.guarantees import guarantee_from_dict
 
     for e in led.releases():
         r.add_row(e.get("time", ""), e.get("command", ""), guarantee_from_dict(e["guarantee"]).describe(),
-                  "yes" if e.get("seeded") else "no", "yes" if e.get("forced") else "no")
+                  e.get("group", ""), "yes" if e.get("seeded") else "no", "yes" if e.get("forced") else "no")
     out_console.print(r)
     opened = led.open_reservations()
     if opened:
@@ -176,25 +241,63 @@ def show(
 @handle_errors
 def set_(
     dataset: str = typer.Argument(..., help="Dataset: a file path or a built-in dataset name."),
-    epsilon: float = typer.Option(..., "--epsilon", help="Budget: the largest composed ε per guarantee group."),
-    delta: Optional[float] = typer.Option(None, "--delta", help="Largest composed δ (approximate DP)."),
+    epsilon: float = typer.Option(..., "--epsilon", help="Budget: the largest composed ε in the currency (metric "
+                                  "currencies: per unit of distance)."),
+    currency: Optional[str] = typer.Option(
+        None, "--currency", help="The currency this budget caps: metric/token (metric ε and ε₀ per token: "
+        "SanText, SanText+, FBDD), dp/document/replace-one (DP per document), dp/token/replace-one (DP or LDP per "
+        "token), or another group key; short forms metric-token, dp-document, ldp-token. Default: every currency "
+        "without a budget of its own, each capped separately (the behaviour before currencies)."),
+    epsilon0: Optional[float] = typer.Option(None, "--epsilon0", help="Metric currencies: the largest composed "
+                                             "additive ε₀ per token (SanText+'s ln(1/p) + sampler cost). "
+                                             "Default: the --epsilon number."),
+    delta: Optional[float] = typer.Option(None, "--delta", help="DP currencies: largest composed δ (approximate DP)."),
     ledger_dir: Optional[str] = _opt_ledger_dir(),
     as_json: bool = opt_json(),
 ):
-    """Set (or change) the privacy budget of DATASET; later releases over it are refused."""
+    """Set (or change) the privacy budget of DATASET in one currency (or in every one); later releases over
+    it, with an infinite term, or in a currency no budget names are refused (unless --force)."""
+    from textdp.accounting.composition import parse_currency
+
+    if currency is not None:
+        currency = parse_currency(currency)  # a typo: one line before the ledger is opened
     led = _open(dataset, ledger_dir, creating=True)
-    led.set_budget(epsilon, delta)
+    entry = led.set_budget(epsilon, delta, currency=currency, epsilon0=epsilon0)
     summary = led.summary()
     if as_json:
         print_json(summary)
         return
-    out_console.print(f"budget of {dataset}: ε = {epsilon:g}" + (f", δ = {delta:g}" if delta else ""),
+    from textdp.accounting.ledger import Budget
+
+    out_console.print(f"budget of {dataset}: {_budget_text(Budget.from_entry(entry).to_dict())}",
                       highlight=False, markup=False)
     for key, g in summary["groups"].items():
         rem = g["remaining_epsilon"]
-        out_console.print(f"  {esc(str(key))}: spent ε = {_fmt(g['epsilon'])}, remaining {_fmt(rem)}"
-                          + ("  [bold red](already over budget)[/]" if rem is not None and rem < 0 else ""),
-                          highlight=False)
+        rem0 = g.get("remaining_epsilon0")
+        if g["budget"] is None:
+            out_console.print(f"  {esc(str(key))}: spent ε = {_fmt(g['epsilon'])}, not budgeted: further releases "
+                              "in it are refused without --force", highlight=False)
+            continue
+        over = (rem is not None and rem < 0) or (rem0 is not None and rem0 < 0)
+        out_console.print(f"  {esc(str(key))}: spent ε = {_fmt(g['epsilon'])}"
+                          + (f", ε₀ = {_fmt(g['epsilon0'])}" if "epsilon0" in g else "")
+                          + f", remaining {_fmt(rem)}" + (f", ε₀ {_fmt(rem0)}" if rem0 is not None else "")
+                          + ("  [bold red](already over budget)[/]" if over else ""), highlight=False)
+
+
+def _budget_text(b: dict, currency: bool = True) -> str:
+    """``ε = 5, ε₀ = 2 (metric/token)`` for a budget dict (``currency=False``: without the currency)."""
+    text = f"ε = {b['epsilon']:g}"
+    if b.get("delta"):
+        text += f", δ = {b['delta']:g}"
+    cur = b.get("currency")
+    if b.get("epsilon0") is not None:
+        text += f", ε₀ = {b['epsilon0']:g}"
+    elif cur is None or str(cur).startswith("metric/"):
+        text += " (ε₀ capped by ε too)" if not currency else ""
+    if currency:
+        text += f" in {cur}" if cur else " in every currency without its own budget"
+    return text
 
 
 @budget_app.command("verify")
