@@ -26,7 +26,7 @@ def test_recovers_known_topics_after_alignment(synth):
 def test_log_likelihood_rises(synth):
     corpus, _ = synth
     model = LDA(3, alpha=0.3, beta=0.01, iterations=60, seed=5, ll_every=1).fit(corpus)
-    ll = np.array([v for _, v in model.info["log_likelihood"]])
+    ll = np.array([v for _, v in model.private["log_likelihood"]])  # curator-only, never saved
     assert ll[-10:].mean() > ll[:3].mean() + 500  # from a random start the joint likelihood climbs a lot
     assert np.all(np.isfinite(ll))
 

@@ -15,10 +15,16 @@ from .conftest import synthetic
 
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
+    """80 documents over 30 made-up words; their word list (a public vocabulary file) is VOCAB beside it."""
     c, _ = synthetic(M=80, L=30, seed=4)
     p = tmp_path_factory.mktemp("topics") / "docs.txt"
     p.write_text("\n".join(" ".join(c.vocabulary[i] for i in d) for d in c.documents()) + "\n", "utf-8")
+    (p.parent / "vocab.txt").write_text("\n".join(c.vocabulary) + "\n", "utf-8")
     return p
+
+
+def _vocab(corpus_file):
+    return corpus_file.parent / "vocab.txt"
 
 
 def _run(*args):
@@ -28,11 +34,12 @@ def _run(*args):
 def test_train_show_evaluate_export(corpus_file, tmp_path):
     out = tmp_path / "model"
     led = tmp_path / "ledgers"
-    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 20, "--min-count", 1, "--seed", 0,
-             "-o", out, "--ledger-dir", led, "--json", "-q")
+    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 20, "--vocabulary", _vocab(corpus_file),
+             "--seed", 0, "-o", out, "--ledger-dir", led, "--json", "-q")
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
-    assert s["method"] == "lda" and s["n_docs"] == 80 and len(s["top_words"]) == 3
+    assert s["method"] == "lda" and s["private"]["n_docs"] == 80 and len(s["top_words"]) == 3
+    assert s["vocabulary"]["source"] == "file" and s["vocabulary"]["size"] == 30 and s["warnings"] == []
     assert (out / "model.card.json").exists() and s["ledger"]
     r = _run("topics", "show", out, "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["n_topics"] == 3
@@ -46,7 +53,8 @@ def test_train_show_evaluate_export(corpus_file, tmp_path):
     r = _run("topics", "export", out, "--format", "csv", "-o", tmp_path / "csv")
     assert r.exit_code == 0 and (tmp_path / "csv" / "topic_word.csv").exists()
     # existing output without --overwrite: exit 2, one line
-    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 2, "--min-count", 1, "-o", out, "--no-ledger")
+    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 2, "--vocabulary", _vocab(corpus_file), "-o", out,
+             "--no-ledger")
     assert r.exit_code == 2 and "already exists" in r.output
 
 
@@ -58,8 +66,8 @@ def test_private_variants(corpus_file, tmp_path, privacy, extra):
     out = tmp_path / privacy
     if "--lambda" in extra:
         extra = [*extra, "--prior-corpus", corpus_file]
-    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 5, "--min-count", 1, "--seed", 0,
-             "--privacy", privacy, *extra, "-o", out, "--no-ledger", "--json", "-q")
+    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 5, "--vocabulary", _vocab(corpus_file),
+             "--seed", 0, "--privacy", privacy, *extra, "-o", out, "--no-ledger", "--json", "-q")
     assert r.exit_code == 0, r.output
     g = json.loads(r.stdout)["guarantee"]
     assert g["kind"] in ("pure-dp", "local-dp")
@@ -87,8 +95,8 @@ def test_private_variants(corpus_file, tmp_path, privacy, extra):
     (["--alpha", 0], "(--alpha)"),
 ])
 def test_bad_input_exit_2(corpus_file, tmp_path, args, msg):
-    r = _run("topics", "train", corpus_file, "--min-count", 1, "--iterations", 1, "-o", tmp_path / "x",
-             "--no-ledger", *args)
+    r = _run("topics", "train", corpus_file, "--vocabulary", _vocab(corpus_file), "--iterations", 1,
+             "-o", tmp_path / "x", "--no-ledger", *args)
     assert r.exit_code == 2, r.output
     assert msg in r.output and "Traceback" not in r.output
     assert not (tmp_path / "x").exists()
@@ -97,7 +105,8 @@ def test_bad_input_exit_2(corpus_file, tmp_path, args, msg):
 def test_single_word_vocabulary_exit_2(tmp_path):
     p = tmp_path / "one.txt"
     p.write_text("apple apple\napple\n", "utf-8")
-    r = _run("topics", "train", p, "--k", 1, "--min-count", 1, "-o", tmp_path / "x", "--no-ledger")
+    r = _run("topics", "train", p, "--k", 1, "--vocabulary", "corpus", "--min-count", 1, "-o", tmp_path / "x",
+             "--no-ledger")
     assert r.exit_code == 2 and "single word" in r.output
 
 
@@ -109,8 +118,8 @@ def test_unknown_dataset_names_the_built_in_ones(tmp_path):
 
 def test_evaluate_file_trained_model_requires_held_out_input(corpus_file, tmp_path):
     out = tmp_path / "model"
-    r = _run("topics", "train", corpus_file, "--k", 3, "-i", 5, "--min-count", 1, "--seed", 0, "-o", out,
-             "--no-ledger", "-q")
+    r = _run("topics", "train", corpus_file, "--k", 3, "-i", 5, "--vocabulary", _vocab(corpus_file), "--seed", 0,
+             "-o", out, "--no-ledger", "-q")
     assert r.exit_code == 0, r.output
     r = _run("topics", "evaluate", out, "-i", 3, "--burn-in", 1)  # no INPUT: the training file is not held out
     assert r.exit_code == 2, r.output
@@ -176,8 +185,8 @@ def test_cli_tradeoff_json_is_standard_json(tmp_path):
 @pytest.mark.parametrize("below", ["x", "x/y"])
 def test_cli_export_under_a_file_names_the_file(corpus_file, tmp_path, below):
     model = tmp_path / "model"
-    r = _run("topics", "train", corpus_file, "--k", 2, "--iterations", 2, "--min-count", 1, "--seed", 0,
-             "-o", model, "--ledger-dir", tmp_path / "ledgers", "-q")
+    r = _run("topics", "train", corpus_file, "--k", 2, "--iterations", 2, "--vocabulary", _vocab(corpus_file),
+             "--seed", 0, "-o", model, "--ledger-dir", tmp_path / "ledgers", "-q")
     assert r.exit_code == 0, r.output
     notes = tmp_path / "notes.txt"
     notes.write_text("n\n")

@@ -102,16 +102,20 @@ def test_flip_and_epsilon_exclusive():
 
 
 def test_empty_documents_skipped_and_small_corpora_rejected():
-    c = Corpus.from_texts(["apple banana", "", "the of and", "banana cherry apple"], min_count=1)
-    assert c.n_docs == 2 and c.skipped_docs == 2 and list(c.kept_docs) == [0, 3]
-    with pytest.raises(InputError, match="fewer than K"):
-        LDA(5, iterations=2).fit(c)
+    for vocabulary in ("public", "corpus"):
+        c = Corpus.from_texts(["apple banana", "", "the of and", "banana cherry apple"], min_count=1,
+                              vocabulary=vocabulary)
+        assert c.n_docs == 2 and c.skipped_docs == 2 and list(c.kept_docs) == [0, 3] and c.n_input_docs == 4
+        with pytest.raises(InputError, match="fewer than K"):
+            LDA(5, iterations=2).fit(c)
+        with pytest.raises(InputError):
+            Corpus.from_texts(["", "the and"], min_count=1, vocabulary=vocabulary)
+        with pytest.raises(InputError):
+            Corpus.from_texts([], vocabulary=vocabulary)
     with pytest.raises(InputError, match="single word"):
-        Corpus.from_texts(["apple apple", "apple"], min_count=1)
-    with pytest.raises(InputError):
-        Corpus.from_texts(["", "the and"], min_count=1)
-    with pytest.raises(InputError):
-        Corpus.from_texts([])
+        Corpus.from_texts(["apple apple", "apple"], min_count=1, vocabulary="corpus")
+    with pytest.raises(InputError, match="no word of the vocabulary"):
+        Corpus.from_texts(["zzqx qqzx", "xqzz"])  # nothing of the public list
 
 
 def test_no_nan_with_extreme_parameters(synth):
@@ -126,8 +130,9 @@ def test_no_nan_with_extreme_parameters(synth):
 def test_public_vocabulary_is_used_as_given():
     c = Corpus.from_texts(["apple banana zebra", "banana cherry"], vocabulary=["banana", "cherry", "apple"])
     assert c.vocabulary == ["banana", "cherry", "apple"]
-    assert c.preprocessing["public_vocabulary"] is True
+    assert c.preprocessing["public_vocabulary"] is True and c.preprocessing["vocabulary"]["source"] == "given"
     assert sorted(c.documents()[0].tolist()) == [0, 2]  # zebra (not in the vocabulary) dropped
+    assert c.oov_tokens == 1
 
 
 def _truncate(p, n=100):

@@ -66,14 +66,52 @@ def _load_texts(input: str, split: str, text_column: Optional[str], limit: Optio
     return texts, None, str(input)
 
 
-def _check_vocabulary_options(min_count: int, max_vocab: Optional[int]) -> None:
-    """--min-count and --max-vocab, before any text is read (Corpus.from_texts checks them again)."""
+VOCABULARY_HELP = ("public (default: the shipped public list wordfreq-en-20k, the 20 000 most frequent English "
+                   "words of wordfreq 3.1.1 without stop words) | FILE (one word per line; its SHA-256 goes on the "
+                   "card) | corpus (built from the private texts: which words occur in them is released "
+                   "UNPROTECTED, the guarantee does not cover it).")
+
+
+def _check_vocabulary_options(min_count: Optional[int], max_vocab: Optional[int], vocabulary: str = "corpus"):
+    """--vocabulary, --min-count and --max-vocab, before any text is read or budget reserved.
+
+    Returns the :class:`textdp.topics.vocabulary.Vocabulary` for ``public`` or a FILE (the file is read
+    and checked here), None for ``corpus``. --min-count applies to ``corpus`` only; given with another
+    vocabulary it is ignored with a note on stderr.
+    """
     from textdp.errors import ParameterError
 
-    if min_count < 1:
+    if min_count is not None and min_count < 1:
         raise ParameterError(f"--min-count must be at least 1, got {min_count}")
     if max_vocab is not None and max_vocab < 2:
         raise ParameterError(f"--max-vocab must be at least 2 (a topic model needs several words), got {max_vocab}")
+    if vocabulary == "corpus":
+        return None
+    if min_count is not None:
+        err_console.print("note: --min-count selects words of a corpus vocabulary only (--vocabulary corpus); "
+                          f"ignored with --vocabulary {vocabulary}", highlight=False, markup=False)
+    from textdp.topics.vocabulary import public_vocabulary, read_vocabulary
+
+    if vocabulary == "public":
+        return public_vocabulary(max_vocab)
+    return read_vocabulary(vocabulary, max_vocab)
+
+
+def _print_warnings(warnings: list[str]) -> None:
+    """What the guarantee does not cover: always printed (also with --quiet/--json), on stderr."""
+    from rich.markup import escape
+
+    for w in warnings:
+        err_console.print(f"[bold yellow]WARNING (not covered by the guarantee):[/] {escape(w)}", highlight=False)
+
+
+def _print_private(corpus, extra: str = "") -> None:
+    """Exact statistics of the private training input: curator's terminal only, never in a released file."""
+    tot = corpus.n_tokens + corpus.oov_tokens
+    share = f" ({100.0 * corpus.oov_tokens / tot:.1f} %)" if tot else ""
+    err_console.print(f"private (curator only, not in the release): {corpus.n_docs} documents, {corpus.n_tokens} "
+                      f"tokens in the vocabulary, {corpus.oov_tokens} tokens outside it dropped{share}, "
+                      f"{corpus.skipped_docs} empty documents{extra}", highlight=False, markup=False)
 
 
 def _sweep_bar(quiet: bool, total: int):
@@ -115,8 +153,12 @@ def train_command(
     sweeps_per_release: int = typer.Option(1, "--sweeps-per-release", help="hdp: Gibbs sweeps between noisy releases."),
     max_doc_length: int = typer.Option(200, "--max-doc-length", help="hdp: documents truncated to this many "
                                        "tokens (the L1 sensitivity is 2 x this)."),
-    min_count: int = typer.Option(5, "--min-count", help="Drop words with fewer occurrences."),
-    max_vocab: Optional[int] = typer.Option(None, "--max-vocab", help="Keep only the most frequent words."),
+    vocabulary: str = typer.Option("public", "--vocabulary", help=VOCABULARY_HELP),
+    min_count: Optional[int] = typer.Option(None, "--min-count", help="--vocabulary corpus: drop words with fewer "
+                                            "occurrences (default 5)."),
+    max_vocab: Optional[int] = typer.Option(None, "--max-vocab", help="Keep only the first N words of the public "
+                                            "list or FILE (their rank order), or the N most frequent words of a "
+                                            "corpus vocabulary."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column holding the text (files)."),
     split: str = typer.Option("train", "--split", help="Built-in datasets: train | test | all."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N documents (quick runs)."),
@@ -139,7 +181,7 @@ def train_command(
         raise ParameterError(f"unknown --privacy {privacy!r}; choose none, hdp, lp or olp")
     if top < 1:
         raise ParameterError(f"--top must be at least 1, got {top}")
-    _check_vocabulary_options(min_count, max_vocab)
+    vocab = _check_vocabulary_options(min_count, max_vocab, vocabulary)
     kw = dict(n_topics=k, alpha=alpha, beta=beta, iterations=iterations, seed=seed, ll_every=1)
     if privacy == "none":
         if epsilon is not None or flip is not None:
@@ -172,8 +214,8 @@ def train_command(
         reservation = led.reserve(trainer.guarantee, command=f"topics train --privacy {privacy}", force=force)
     try:
         return _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy, prior_corpus,
-                                  text_column, min_count, max_vocab, iterations, batch_size, quiet, overwrite,
-                                  force, top, json_out, led, reservation if led is not None else None)
+                                  text_column, vocab, min_count, max_vocab, iterations, batch_size, quiet,
+                                  overwrite, force, top, json_out, led, reservation if led is not None else None)
     except BaseException:
         if led is not None:
             led.cancel(reservation)
@@ -181,20 +223,27 @@ def train_command(
 
 
 def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy, prior_corpus, text_column,
-                       min_count, max_vocab, iterations, batch_size, quiet, overwrite, force, top, json_out,
+                       vocab, min_count, max_vocab, iterations, batch_size, quiet, overwrite, force, top, json_out,
                        led, reservation):
     from textdp.errors import ParameterError
     from textdp.topics import OLPLDA, Corpus
 
-    corpus = Corpus.from_texts(train_texts, min_count=min_count, max_vocab=max_vocab)
+    if vocab is None:
+        corpus = Corpus.from_texts(train_texts, min_count=5 if min_count is None else min_count,
+                                   max_vocab=max_vocab, vocabulary="corpus")
+    else:
+        corpus = Corpus.from_texts(train_texts, vocabulary=vocab)
     if prior_corpus is not None:
         if privacy != "olp":
             raise ParameterError("--prior-corpus is for --privacy olp")
         trainer.prior_corpus = corpus.transform_texts(_load_texts(prior_corpus, "all", text_column, None)[0])
+    from textdp.topics.vocabulary import vocabulary_warnings
+
+    warnings = vocabulary_warnings(corpus.preprocessing.get("vocabulary"), local=privacy in ("lp", "olp"))
+    _print_warnings(warnings)  # before the work, so the curator can stop it
     if not quiet:
-        err_console.print(f"corpus: {corpus.n_docs} documents, {corpus.n_tokens} tokens, {corpus.n_words} words "
-                          f"({corpus.skipped_docs} empty documents skipped)", highlight=False)
-    total = iterations * (-(-corpus.n_docs // batch_size) if isinstance(trainer, OLPLDA) else 1)
+        _print_private(corpus, f"; vocabulary: {corpus.n_words} words ({_vocabulary_label(corpus.preprocessing)})")
+    total = iterations * (-(-corpus.n_input_docs // batch_size) if isinstance(trainer, OLPLDA) else 1)
     bar, cb = _sweep_bar(quiet, total)
     with bar:
         model = trainer.fit(corpus, callback=cb)
@@ -213,19 +262,36 @@ def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy
 
             shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
             raise
+    private = {k: v for k, v in model.private.items() if k != "log_likelihood"}
     summary = {"input": name, "output": str(out), "card": str(out / "model.card.json"), "method": model.method,
                "guarantee": model.guarantee.to_dict(), "guarantee_text": model.guarantee.describe(),
-               "n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens, "n_words": corpus.n_words,
-               "seconds": model.info.get("seconds"), "seeded": model.seed.get("seeded"),
+               "vocabulary": model.vocabulary_description(), "n_words": corpus.n_words, "warnings": model.warnings(),
+               "private": private, "seeded": model.seed.get("seeded"),
                "ledger": None if entry is None else str(led.path), "top_words": model.top_words(top)}
     if json_out:
         print_json(summary)
     elif not quiet:
         _print_topics(model, top)
         out_console.print(f"guarantee: {summary['guarantee_text']}", highlight=False, markup=False)
+        if warnings:
+            out_console.print("[bold yellow]not covered: the vocabulary (built from the private corpus) is released "
+                              "unprotected[/]", highlight=False)
         if model.seed.get("seeded"):
             out_console.print("[yellow]seeded run: reproducible, not for release[/]")
         out_console.print(f"model: {out}   card: {summary['card']}", highlight=False, markup=False)
+
+
+def _vocabulary_label(prep: dict) -> str:
+    d = (prep or {}).get("vocabulary") or {}
+    src = d.get("source")
+    if src == "corpus":
+        return "built from the private corpus, UNPROTECTED"
+    if src == "public":
+        return f"public list {d.get('name')}" + (f", first {d['first']}" if d.get("first") else "")
+    if src == "file":
+        return f"file {d.get('name')}, sha256 {str(d.get('list_sha256'))[:12]}…" + (
+            f", first {d['first']}" if d.get("first") else "")
+    return str(src or "given")
 
 
 def _print_topics(model, top: int) -> None:
@@ -257,11 +323,15 @@ def show_command(
     if json_out:
         print_json({"method": model.method, "n_topics": model.n_topics, "n_words": len(model.vocabulary),
                     "alpha": model.alpha, "beta": model.beta, "guarantee": model.guarantee.to_dict(),
+                    "vocabulary": model.vocabulary_description(), "warnings": model.warnings(),
                     "accounting": model.accounting, "top_words": model.top_words(top)})
         return
     _print_topics(model, top)
     out_console.print(f"guarantee: {model.guarantee.describe()}  |  K={model.n_topics}, V={len(model.vocabulary)}, "
                       f"α={model.alpha:g}, β={model.beta:g}", highlight=False)
+    out_console.print(f"vocabulary: {_vocabulary_label(model.info.get('preprocessing') or {})}", highlight=False,
+                      markup=False)
+    _print_warnings(model.warnings())
 
 
 @topics_app.command("evaluate")
@@ -321,9 +391,13 @@ def evaluate_command(
         held, _, name = _load_texts(src, "all", text_column, limit)
         split, label, coherence_on = "all", name, name
         train_texts = held if coherence else None
+    held_corpus = model.corpus_from_texts(held)  # words outside the model's vocabulary are dropped
+    tot = held_corpus.n_tokens + held_corpus.oov_tokens
     res = {"model": str(model_dir), "input": name, "split": split, "protocol": protocol,
            "fold_in_iterations": iterations, "burn_in": burn_in,
-           "perplexity": model.perplexity(held, protocol, iterations, burn_in, seed)}
+           "held_out_tokens": held_corpus.n_tokens, "held_out_oov_tokens_dropped": held_corpus.oov_tokens,
+           "held_out_oov_share": held_corpus.oov_tokens / tot if tot else 0.0,
+           "perplexity": model.perplexity(held_corpus, protocol, iterations, burn_in, seed)}
     if coherence:
         c = model.coherence(train_texts, top)
         res["npmi_on"] = coherence_on
@@ -334,6 +408,10 @@ def evaluate_command(
         return
     out_console.print(f"held-out perplexity ({protocol}, {iterations} sweeps, burn-in {burn_in}) on {label}: "
                       f"{res['perplexity']:.1f}", highlight=False, markup=False, soft_wrap=True)
+    out_console.print(f"held-out words outside the model's vocabulary ({len(model.vocabulary)} words) are dropped "
+                      f"before scoring: {res['held_out_oov_tokens_dropped']} of {tot} tokens "
+                      f"({100.0 * res['held_out_oov_share']:.1f} %; stop words not counted)",
+                      highlight=False, markup=False, soft_wrap=True)
     if coherence:
         out_console.print(f"NPMI coherence (top {top}, mean over {model.n_topics} topics) on {coherence_on}: "
                           f"{res['npmi_mean']:.3f}", highlight=False, markup=False, soft_wrap=True)
@@ -365,9 +443,11 @@ def export_command(
 
         raise OutputError(f"cannot create export folder {str(output)!r}: {str(above)!r} is a file, not a folder; "
                           "choose another --output")
-    files = load_model(model_dir).export(output, fmt, top, overwrite)
+    model = load_model(model_dir)
+    files = model.export(output, fmt, top, overwrite)
     for f in files:
         out_console.print(str(f), highlight=False, markup=False)
+    _print_warnings(model.warnings())  # the export holds the same vocabulary
 
 
 @topics_app.command("tradeoff")
@@ -381,8 +461,12 @@ def tradeoff_command(
     iterations: int = typer.Option(50, "--iterations", "-i", help="Gibbs sweeps per run."),
     alpha: float = typer.Option(0.1, "--alpha"),
     beta: float = typer.Option(0.01, "--beta"),
-    min_count: int = typer.Option(5, "--min-count"),
-    max_vocab: Optional[int] = typer.Option(2000, "--max-vocab", help="Vocabulary size (LP/OLP cost grows with it)."),
+    vocabulary: str = typer.Option("public", "--vocabulary", help=VOCABULARY_HELP),
+    min_count: Optional[int] = typer.Option(None, "--min-count", help="--vocabulary corpus: drop words with fewer "
+                                            "occurrences (default 5)."),
+    max_vocab: Optional[int] = typer.Option(2000, "--max-vocab", help="Vocabulary size: the first N words of the "
+                                            "public list or FILE, or the N most frequent corpus words (LP/OLP cost "
+                                            "grows with it)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N training documents."),
     sweeps_per_release: int = typer.Option(1, "--sweeps-per-release", help="hdp: Gibbs sweeps between noisy releases."),
     max_doc_length: int = typer.Option(200, "--max-doc-length", help="hdp: documents truncated to this many tokens."),
@@ -412,7 +496,7 @@ def tradeoff_command(
     method_params = {"hdp": {"sweeps_per_release": sweeps_per_release, "max_doc_length": max_doc_length},
                      "olp": {"batch_size": batch_size}}
     check_runs(eps, meths, method_params, n_topics=k, alpha=alpha, beta=beta, iterations=iterations)  # no work yet
-    _check_vocabulary_options(min_count, max_vocab)
+    vocab = _check_vocabulary_options(min_count, max_vocab, vocabulary)
     from textdp.topics.tradeoff import plot_format
 
     fmt = plot_format(output)  # an unsupported suffix fails before any work
@@ -422,8 +506,19 @@ def tradeoff_command(
     tr, te, name = _load_texts(input, "train", None, limit)
     if te is None:
         raise ParameterError("the trade-off needs a built-in dataset with a test split")
-    train = Corpus.from_texts(tr, min_count=min_count, max_vocab=max_vocab)
-    test = train.transform_texts(te)
+    if vocab is None:
+        train = Corpus.from_texts(tr, min_count=5 if min_count is None else min_count, max_vocab=max_vocab,
+                                  vocabulary="corpus")
+        _print_warnings(["vocabulary built from the training split (--vocabulary corpus): these runs are "
+                         "experiments, not releases, but their models would not be covered by the guarantee"])
+    else:
+        train = Corpus.from_texts(tr, vocabulary=vocab)
+    test = train.transform_texts(te)  # held-out words outside the vocabulary are dropped
+    if not quiet:
+        tot = test.n_tokens + test.oov_tokens
+        err_console.print(f"vocabulary: {train.n_words} words ({_vocabulary_label(train.preprocessing)}); held-out "
+                          f"tokens outside it dropped: {100.0 * test.oov_tokens / max(tot, 1):.1f} %",
+                          highlight=False, markup=False)
     bar = progress(quiet)
     task = bar.add_task("runs", total=1 + len(meths) * len(eps))
     with bar:

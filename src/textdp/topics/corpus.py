@@ -7,21 +7,25 @@ filtering are *skipped* (documented, counted in ``skipped_docs``), never kept as
 zero-length documents.
 
 Preprocessing of :meth:`Corpus.from_texts` (fixed, so every method and peer sees
-the same tokens): lower-case; tokens are runs of at least two letters (Unicode
-letters, no digits or underscores); English stop words removed
-(:data:`textdp.topics._stopwords.ENGLISH_STOP_WORDS`); words with fewer than
-``min_count`` occurrences in the corpus removed; optionally only the
-``max_vocab`` most frequent words kept (ties broken alphabetically).
+the same tokens): Unicode NFC, lower-case; tokens are runs of at least two letters
+(Unicode letters, no digits or underscores); words outside the vocabulary dropped.
 
-Privacy note: a vocabulary built from the private corpus (``min_count``,
-``max_vocab``) is itself a function of the data and is *not* covered by any DP
-guarantee of the private trainers. Pass a public ``vocabulary`` for an
-end-to-end guarantee.
+Vocabulary (:mod:`textdp.topics.vocabulary`): by default the public word list
+``wordfreq-en-20k`` (``vocabulary="public"``; ``max_vocab`` keeps its first N words
+by public rank), or a word-list file, or a list of words. Only on request
+(``vocabulary="corpus"``) is it built from the private texts: English stop words
+removed (:data:`textdp.topics._stopwords.ENGLISH_STOP_WORDS`), words with fewer than
+``min_count`` occurrences removed, optionally only the ``max_vocab`` most frequent
+kept (ties broken alphabetically). Such a vocabulary is a function of the private
+data and is *not* covered by any DP guarantee of the trainers (the model's card
+says so).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -30,6 +34,7 @@ import numpy as np
 
 from textdp.errors import InputError, ParameterError
 from textdp.topics._stopwords import ENGLISH_STOP_WORDS
+from textdp.topics.vocabulary import Vocabulary, given_vocabulary, public_vocabulary, read_vocabulary
 
 __all__ = ["Corpus", "tokenize"]
 
@@ -37,8 +42,8 @@ _TOKEN_RE = re.compile(r"[^\W\d_]{2,}", re.UNICODE)
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased runs of >= 2 letters of ``text``."""
-    return _TOKEN_RE.findall(text.lower()) if isinstance(text, str) else []
+    """Lower-cased runs of >= 2 letters of ``text`` (NFC-normalised first, so decomposed accents stay in their word)."""
+    return _TOKEN_RE.findall(unicodedata.normalize("NFC", text).lower()) if isinstance(text, str) else []
 
 
 @dataclass
@@ -48,7 +53,10 @@ class Corpus:
     word_ids: (N,) int32 word id of each token; doc_ids: (N,) int32 document of
     each token (non-decreasing); vocabulary: V words; doc_lengths: (M,) int64;
     kept_docs: (M,) int64 index of each kept document in the input sequence;
-    skipped_docs: how many input documents were empty after filtering.
+    skipped_docs: how many input documents were empty after filtering;
+    oov_tokens: tokens of the input outside the vocabulary (stop words not counted),
+    dropped. Sizes, ``skipped_docs`` and ``oov_tokens`` are exact statistics of the
+    private input: the CLI shows them to the curator only, no released file holds them.
     """
 
     word_ids: np.ndarray
@@ -58,6 +66,12 @@ class Corpus:
     kept_docs: np.ndarray
     skipped_docs: int = 0
     preprocessing: dict = field(default_factory=dict)
+    oov_tokens: int = 0
+
+    @property
+    def n_input_docs(self) -> int:
+        """Documents of the input, the empty ones (skipped) included."""
+        return self.n_docs + int(self.skipped_docs)
 
     # -- sizes -------------------------------------------------------------------------------------------
     @property
@@ -144,20 +158,38 @@ class Corpus:
         min_count: int = 5,
         stop_words: str | Iterable[str] | None = "english",
         max_vocab: int | None = None,
-        vocabulary: Sequence[str] | None = None,
+        vocabulary: "str | os.PathLike | Vocabulary | Sequence[str]" = "public",
     ) -> "Corpus":
-        """Tokenize ``texts`` and build a corpus (see the module docstring for the rules).
+        """Tokenize ``texts`` and build a corpus over a vocabulary (see the module docstring).
 
-        ``vocabulary`` given: use it as is (words outside it dropped; ``min_count``,
-        ``max_vocab`` and ``stop_words`` ignored for selection). Empty documents are skipped.
+        ``vocabulary``: ``"public"`` (default, the shipped public list; ``max_vocab`` keeps its
+        first N words); a :class:`~textdp.topics.vocabulary.Vocabulary`; a path of a word-list
+        file (one word per line; ``max_vocab`` keeps its first N); a sequence of words (used as
+        given); or ``"corpus"``: built from ``texts`` with ``min_count`` and ``max_vocab``, not
+        covered by any guarantee. ``min_count`` and ``stop_words`` select words only for
+        ``"corpus"`` (stop words are never counted as out-of-vocabulary tokens). Empty
+        documents are skipped.
 
         Raises ParameterError for min_count < 1 or max_vocab < 2; InputError when the
-        texts hold no document, or no word survives the filters, or only one word does.
+        texts hold no document, or no word survives the filters, or only one word does,
+        or no document has a word of the vocabulary.
         """
         if int(min_count) < 1:
             raise ParameterError(f"min_count (--min-count) must be >= 1, got {min_count!r}")
         if max_vocab is not None and int(max_vocab) < 2:
             raise ParameterError(f"max_vocab (--max-vocab) must be >= 2 (a topic model needs several words), got {max_vocab!r}")
+        if isinstance(vocabulary, str) and vocabulary == "public":
+            vocab = public_vocabulary(max_vocab)
+        elif isinstance(vocabulary, str) and vocabulary == "corpus":
+            vocab = None
+        elif isinstance(vocabulary, Vocabulary):
+            vocab = vocabulary
+        elif isinstance(vocabulary, (str, os.PathLike)):
+            vocab = read_vocabulary(vocabulary, max_vocab)
+        else:
+            vocab = given_vocabulary(vocabulary)
+            if max_vocab is not None:
+                vocab = given_vocabulary(vocab.words[: int(max_vocab)])
         toks = [tokenize(t) for t in texts]
         if not toks:
             raise InputError("no documents to train on; the input is empty")
@@ -167,16 +199,18 @@ class Corpus:
             stops = frozenset()
         else:
             stops = frozenset(w.lower() for w in stop_words)
-        prep = {"lowercase": True, "token_pattern": _TOKEN_RE.pattern,
-                "stop_words": stop_words if isinstance(stop_words, str) or stop_words is None else "custom",
-                "min_count": int(min_count), "max_vocab": max_vocab, "public_vocabulary": vocabulary is not None}
-        if vocabulary is None:
+        if vocab is None:
             cnt = Counter(w for doc in toks for w in doc if w not in stops)
             items = sorted(((w, c) for w, c in cnt.items() if c >= min_count), key=lambda x: (-x[1], x[0]))
             if max_vocab is not None:
                 items = items[: int(max_vocab)]
-            vocabulary = sorted(w for w, _ in items)
-        vocabulary = list(vocabulary)
+            vocab = Vocabulary(tuple(sorted(w for w, _ in items)), "corpus",
+                               extra={"min_count": int(min_count), "max_vocab": max_vocab,
+                                      "stop_words": stop_words if isinstance(stop_words, str) or stop_words is None
+                                      else "custom"})
+        vocabulary = list(vocab.words)
+        prep = {"lowercase": True, "unicode": "NFC", "token_pattern": _TOKEN_RE.pattern,
+                "public_vocabulary": vocab.public, "vocabulary": vocab.describe()}
         if len(vocabulary) == 0:
             raise InputError(f"no word occurs at least min_count={min_count} times after stop-word removal; "
                              "lower --min-count or give a larger corpus")
@@ -185,13 +219,22 @@ class Corpus:
                              "two; lower --min-count or give a larger corpus")
         index = {w: i for i, w in enumerate(vocabulary)}
         docs = [[index[w] for w in doc if w in index] for doc in toks]
+        oov = sum(1 for doc in toks for w in doc if w not in index and w not in stops)
         c = cls.from_word_ids(docs, vocabulary, preprocessing=prep)
+        c.oov_tokens = int(oov)
         if c.n_docs == 0:
-            raise InputError("every document is empty after preprocessing; nothing to train on")
+            raise InputError("every document is empty after preprocessing (no word of the vocabulary); nothing to "
+                             "train on" + ("" if vocab.source == "corpus" else "; check the texts' language or give "
+                                           "a word list with --vocabulary FILE"))
         return c
 
     def transform_texts(self, texts: Iterable[str]) -> "Corpus":
-        """Tokenize new texts over this corpus's vocabulary (unknown words dropped, empty documents skipped)."""
+        """Tokenize new texts over this corpus's vocabulary (unknown words dropped and counted in
+        ``oov_tokens``, stop words not counted; empty documents skipped)."""
         index = self.word_index()
-        docs = [[index[w] for w in tokenize(t) if w in index] for t in texts]
-        return Corpus.from_word_ids(docs, self.vocabulary, preprocessing=self.preprocessing)
+        toks = [tokenize(t) for t in texts]
+        docs = [[index[w] for w in doc if w in index] for doc in toks]
+        oov = sum(1 for doc in toks for w in doc if w not in index and w not in ENGLISH_STOP_WORDS)
+        c = Corpus.from_word_ids(docs, self.vocabulary, preprocessing=self.preprocessing)
+        c.oov_tokens = int(oov)
+        return c

@@ -190,10 +190,20 @@ class LDA:
             topic_word=state.phi(), vocabulary=list(corpus.vocabulary), alpha=self.alpha, beta=self.beta,
             method="lda", params=self.params(), guarantee=self.guarantee,
             accounting={"mechanism": "none", "note": "no privacy: topic-word counts are released as is"},
-            info={"n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens, "seconds": secs,
-                  "log_likelihood": lls, "preprocessing": corpus.preprocessing},
+            info={"preprocessing": corpus.preprocessing},
+            private=_private_facts(corpus, secs, lls),
             seed=src.describe(), topic_word_counts=state.nwk.T.copy(),
         )
+
+
+def _private_facts(corpus: Corpus, seconds: float, lls=None, **more) -> dict:
+    """Curator-only facts about a training run (exact statistics of the private input, timings, the
+    log-likelihood of the true counts): :attr:`TopicModel.private`, shown on the terminal, never saved."""
+    d = {"n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens, "skipped_docs": int(corpus.skipped_docs),
+         "oov_tokens": int(getattr(corpus, "oov_tokens", 0)), "seconds": seconds}
+    if lls is not None:
+        d["log_likelihood"] = lls
+    return d | more
 
 
 def run_sweeps(state: GibbsState, iterations: int, ll_every: int, callback: Callback | None,

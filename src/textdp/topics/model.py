@@ -7,10 +7,21 @@ Saved format (a folder, open formats only):
   store true counts.
 * ``model.json``: format version, method, hyperparameters, vocabulary (index =
   column of φ), guarantee (``textdp.accounting.guarantees`` dict), privacy
-  accounting, seed mode, sizes, textdp version.
+  accounting, seed mode, preprocessing (with the vocabulary's source and hash),
+  textdp version.
 * ``model.card.json``: the privacy card of ``model.npz`` (built with
   :func:`textdp.accounting.card.build_card`: mechanism, parameters, guarantee,
-  units, data sizes, randomness, accounting, version, time).
+  units, input name, vocabulary source, randomness, accounting, warnings, version, time).
+
+Everything written is part of the release, so no file holds an exact statistic of
+the private training input (documents, tokens, out-of-vocabulary tokens, timings,
+the log-likelihood of the true counts): those stay in :attr:`TopicModel.private`,
+which the CLI prints to the curator's terminal and :meth:`TopicModel.save` never
+writes. ``info`` is saved through the allow-list :data:`RELEASED_INFO_KEYS`. The
+released facts are parameters, public data (a public vocabulary, its size and
+hash) and values computed from the DP output (LP/OLP-LDA's reconstructed-corpus
+sizes and log-likelihood, from the randomized reports). A vocabulary built from the
+private corpus is released unprotected: the card's ``warnings`` say so.
 
 Exports (:meth:`TopicModel.export`): ``gensim`` writes ``topics.npy`` (K, V) float64
 (what ``gensim.models.LdaModel.get_topics()`` returns) and ``dictionary.txt`` in the
@@ -37,9 +48,18 @@ from textdp.errors import InputError, OutputError, ParameterError
 from textdp.topics import evaluation as ev
 from textdp.topics.corpus import Corpus
 
-__all__ = ["TopicModel", "load_model", "FORMAT_VERSION"]
+__all__ = ["TopicModel", "load_model", "FORMAT_VERSION", "RELEASED_INFO_KEYS"]
 
 FORMAT_VERSION = 1
+
+#: the keys of ``info`` that :meth:`TopicModel.save` writes (anything else stays in memory): the input's
+#: name, the preprocessing (parameters and the vocabulary's description) and, for LP/OLP-LDA only, the
+#: log-likelihood trace of CGS on the corpus reconstructed from the randomized reports (post-processing)
+RELEASED_INFO_KEYS = ("input", "preprocessing", "log_likelihood")
+#: methods whose log-likelihood trace is computed from the randomized reports (released); for the others it
+#: comes from the true counts (curator-only)
+_LL_RELEASED = ("lp-lda", "olp-lda")
+_LOCAL_METHODS = ("lp-lda", "olp-lda")
 
 
 def _version() -> str:
@@ -58,8 +78,11 @@ class TopicModel:
     topic_word: (K, V) float64 φ (rows normalised on construction); vocabulary: V
     words; alpha, beta: the hyperparameters used (α is also the fold-in prior);
     method: ``lda``/``hdp-lda``/``lp-lda``/``olp-lda``; guarantee: what the release
-    promises; accounting: how it was computed; info: sizes, timings,
-    log-likelihood trace (non-private only); seed: seed mode dict.
+    promises; accounting: how it was computed; info: released facts (input name,
+    preprocessing with the vocabulary's description; LP/OLP-LDA: log-likelihood on the
+    reconstructed corpus); seed: seed mode dict; private: curator-only facts about
+    the training input (documents, tokens, out-of-vocabulary tokens, timings, true
+    log-likelihood), never saved.
     """
 
     topic_word: np.ndarray
@@ -73,6 +96,7 @@ class TopicModel:
     info: dict = field(default_factory=dict)
     seed: dict = field(default_factory=dict)
     topic_word_counts: np.ndarray | None = None
+    private: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
         phi = np.asarray(self.topic_word, dtype=np.float64)
@@ -131,23 +155,52 @@ class TopicModel:
         """Registry name of the trainer (``topics.hdp-lda`` ...; ``topics.lda`` for the non-private one)."""
         return f"topics.{self.method}"
 
+    def vocabulary_description(self) -> dict:
+        """Where the vocabulary comes from (``info["preprocessing"]["vocabulary"]``, written by
+        :meth:`Corpus.from_texts`); for a model built otherwise, a vocabulary given by the caller."""
+        d = (self.info.get("preprocessing") or {}).get("vocabulary")
+        if isinstance(d, dict) and d.get("source"):
+            return d
+        from textdp.topics.vocabulary import given_vocabulary
+
+        return given_vocabulary(self.vocabulary).describe() | {
+            "note": "given by the caller; the guarantee covers it only if it is public"}
+
+    def warnings(self) -> list[str]:
+        """The card's and terminal's statements about what the guarantee does not cover."""
+        from textdp.topics.vocabulary import vocabulary_warnings
+
+        return vocabulary_warnings(self.vocabulary_description(), local=self.method in _LOCAL_METHODS)
+
     def card(self, output: str | os.PathLike | None = None) -> dict:
-        """The privacy card of this release (JSON-ready dict, :func:`textdp.accounting.card.build_card`)."""
+        """The privacy card of this release (JSON-ready dict, :func:`textdp.accounting.card.build_card`).
+
+        ``data`` holds the input's name, K and the vocabulary's description (source, name, size
+        and SHA-256 for a public one; for a corpus vocabulary its rule and ``covered_by_guarantee:
+        false``, no size); ``warnings`` what the guarantee leaves uncovered. No exact statistic of
+        the private input.
+        """
         from textdp.accounting.card import build_card
 
         g = self.guarantee
+        voc = self.vocabulary_description()
+        data = {k: self.info[k] for k in ("input",) if k in self.info} | {"n_topics": self.n_topics,
+                                                                          "vocabulary": voc}
+        if voc.get("source") != "corpus":
+            data["n_words"] = len(self.vocabulary)
         return build_card(
             mechanism=self.mechanism_name, parameters=self.params, guarantee=g,
             units={"epsilon": f"per {getattr(g, 'unit', 'record')} ({getattr(g, 'neighbours', 'replace-one')}), "
                               "whole training run"},
-            data={k: self.info[k] for k in ("input", "n_docs", "n_tokens") if k in self.info}
-                 | {"n_words": len(self.vocabulary), "n_topics": self.n_topics},
-            randomness=self.seed, statistics=self.accounting, output=output,
-            release="topic-word matrix (K x V)", seed=self.seed,
+            data=data, randomness=self.seed, statistics=self.accounting, output=output,
+            release="topic-word matrix (K x V)" + (" and its exact topic-word counts (non-private)"
+                                                   if self.method == "lda" else ""),
+            seed=self.seed, warnings=self.warnings(),
         )
 
     def to_json(self) -> dict:
-        info = dict(self.info)
+        info = {k: v for k, v in self.info.items() if k in RELEASED_INFO_KEYS
+                and (k != "log_likelihood" or self.method in _LL_RELEASED)}
         return {
             "format": "textdp-topic-model", "format_version": FORMAT_VERSION, "textdp_version": _version(),
             "method": self.method, "n_topics": self.n_topics, "alpha": self.alpha, "beta": self.beta,

@@ -251,11 +251,22 @@ def rr_encode(corpus: Corpus, f: float, rng: np.random.Generator, chunk_bits: in
     the V-word vocabulary goes through :func:`textdp.noise.randomized_response`
     (each bit kept with probability 1 − f/2, flipped with f/2). Documents are
     processed in chunks of about ``chunk_bits`` bits so memory stays bounded.
-    Cost: 2·M·V uniforms.
+
+    Every input document reports once, the empty ones too (``corpus.skipped_docs``
+    all-zero vectors after the others, their ``kept_docs`` entry −1): the number of
+    reports is the number of input documents, whatever their words, so a document
+    whose only vocabulary word is replaced by an out-of-vocabulary word does not
+    vanish from the reports. Cost: 2·M·V uniforms.
     """
     f = _check_f(f)
-    V, M = corpus.n_words, corpus.n_docs
+    from scipy import sparse
+
+    V = corpus.n_words
     X = corpus.doc_word_binary()
+    n_empty = int(corpus.skipped_docs)
+    if n_empty:
+        X = sparse.vstack([X, sparse.csr_matrix((n_empty, V), dtype=X.dtype)], format="csr")
+    M = X.shape[0]
     step = max(1, chunk_bits // max(V, 1))
     indptr = [0]
     parts = []
@@ -267,7 +278,8 @@ def rr_encode(corpus: Corpus, f: float, rng: np.random.Generator, chunk_bits: in
         parts.append(cols.astype(np.int32))
         indptr.extend((indptr[-1] + np.cumsum(counts)).tolist())
     indices = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-    return RRReports(np.asarray(indptr, dtype=np.int64), indices, V, f, corpus.kept_docs.copy())
+    kept = np.concatenate([np.asarray(corpus.kept_docs, dtype=np.int64), np.full(n_empty, -1, dtype=np.int64)])
+    return RRReports(np.asarray(indptr, dtype=np.int64), indices, V, f, kept)
 
 
 def rr_estimate(reported_counts: np.ndarray, n_reports: int, f: float) -> np.ndarray:

@@ -19,7 +19,7 @@ from textdp.accounting.guarantees import ApproxDP, LocalDP, PureDP
 from textdp.errors import InputError, ParameterError
 from textdp.noise import discrete_laplace, random_source
 from textdp.topics.corpus import Corpus
-from textdp.topics.lda import Callback, GibbsState, check_corpus, check_hyperparameters, run_sweeps
+from textdp.topics.lda import Callback, GibbsState, _private_facts, check_corpus, check_hyperparameters, run_sweeps
 from textdp.topics.privacy import (
     bayes_denoise,
     flip_for_epsilon,
@@ -255,8 +255,8 @@ class HDPLDA:
         return TopicModel(topic_word=phi, vocabulary=list(corpus.vocabulary), alpha=self.alpha, beta=self.beta,
                           method="hdp-lda" if self.unit == "document" else "hdp-lda-paper", params=self.params(),
                           guarantee=self.guarantee, accounting=acc,
-                          info={"n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens, "seconds": secs,
-                                "preprocessing": corpus.preprocessing},
+                          info={"preprocessing": corpus.preprocessing},
+                          private=_private_facts(corpus, secs, lls),
                           seed=src.describe())
 
 
@@ -342,13 +342,13 @@ class LPLDA:
             raise InputError(f"after randomized response only {rc.n_docs} non-empty documents remain, fewer than "
                              f"K={self.n_topics}; raise --epsilon (lower --flip) or --threshold 0")
         state, lls = self._train_reconstructed(rc, rng, callback)
+        # from the randomized reports (post-processing): may be released
         acc = self.accounting() | {"reconstructed_docs": rc.n_docs, "reconstructed_tokens": rc.n_tokens}
         return TopicModel(topic_word=state.phi(), vocabulary=list(corpus.vocabulary), alpha=self.alpha,
                           beta=self.beta, method="lp-lda", params=self.params(), guarantee=self.guarantee,
                           accounting=acc,
-                          info={"n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens,
-                                "seconds": time.perf_counter() - t0, "log_likelihood": lls,
-                                "preprocessing": corpus.preprocessing},
+                          info={"log_likelihood": lls, "preprocessing": corpus.preprocessing},
+                          private=_private_facts(corpus, time.perf_counter() - t0),
                           seed=src.describe())
 
 
@@ -420,11 +420,20 @@ class OLPLDA(LPLDA):
         pooled_est = np.zeros(V)
         pooled_n = 0
         state = None
-        batches = []
-        n_batches = -(-corpus.n_docs // self.batch_size)
+        batches = []  # released in the accounting: facts computed from the randomized reports only
+        batch_docs = []  # input documents per batch (curator-only)
+        # mini-batches of the INPUT documents in input order, the empty ones included (every document reports
+        # once, so the batches and their sizes do not depend on which documents are empty)
+        n_input = corpus.n_input_docs
+        pos = np.asarray(corpus.kept_docs, dtype=np.int64)
+        if pos.shape[0] != corpus.n_docs or (pos.size and (pos.max() >= n_input or np.any(np.diff(pos) <= 0))):
+            pos = np.arange(corpus.n_docs, dtype=np.int64)  # positions unknown: the kept documents first
+        n_batches = -(-n_input // self.batch_size)
         for b in range(n_batches):
-            idx = np.arange(b * self.batch_size, min((b + 1) * self.batch_size, corpus.n_docs))
+            lo, hi = b * self.batch_size, min((b + 1) * self.batch_size, n_input)
+            idx = np.flatnonzero((pos >= lo) & (pos < hi))
             batch = corpus.subset(idx)
+            batch.skipped_docs = (hi - lo) - idx.size
             reports = rr_encode(batch, self.f, rng)
             N = reports.n_docs
             t_hat = rr_estimate(reports.counts(), N, self.f)
@@ -451,11 +460,13 @@ class OLPLDA(LPLDA):
             pooled_n += N
             rc = reconstruct_corpus(reports, est, corpus.vocabulary, rng, self.threshold, var_used)
             if rc.n_docs < K or rc.n_tokens == 0:
-                batches.append({"batch": b + 1, "docs": N, "skipped": True})
+                batches.append({"batch": b + 1, "skipped": True})
+                batch_docs.append(N)
                 continue  # nothing usable in this batch: documented skip, prior unchanged
             state = GibbsState(rc, K, self.alpha, self.beta, rng, beta_wk=beta_wk)
             run_sweeps(state, self.iterations, self.ll_every, callback)
-            info = {"batch": b + 1, "docs": N, "reconstructed_tokens": rc.n_tokens, "omega_mean": omega_mean,
+            batch_docs.append(N)
+            info = {"batch": b + 1, "reconstructed_tokens": rc.n_tokens, "omega_mean": omega_mean,
                     "gaussian_fallback_words": n_fallback}
             phi = state.phi()
             beta_wk = beta_wk + self.lam * state.nwk
@@ -470,6 +481,6 @@ class OLPLDA(LPLDA):
                                                       "streaming CGS with beta^l recursion"}
         return TopicModel(topic_word=phi, vocabulary=list(corpus.vocabulary), alpha=self.alpha, beta=self.beta,
                           method="olp-lda", params=self.params(), guarantee=self.guarantee, accounting=acc,
-                          info={"n_docs": corpus.n_docs, "n_tokens": corpus.n_tokens,
-                                "seconds": time.perf_counter() - t0, "preprocessing": corpus.preprocessing},
+                          info={"preprocessing": corpus.preprocessing},
+                          private=_private_facts(corpus, time.perf_counter() - t0, batch_docs=batch_docs),
                           seed=src.describe())

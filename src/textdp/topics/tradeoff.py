@@ -76,7 +76,7 @@ def privacy_utility(train: Corpus, test: Corpus, epsilons: Sequence[float], meth
         model = make_trainer(method, **kw).fit(train)
         ppl = model.perplexity(test, protocol=protocol, seed=seed)
         rows.append({"method": method, "epsilon": float(eps), "guarantee": model.guarantee.describe(),
-                     "perplexity": ppl, "seconds": model.info.get("seconds")})
+                     "perplexity": ppl, "seconds": model.private.get("seconds")})
 
     run("none", math.inf)
     for m in methods:
