@@ -212,10 +212,10 @@ def show(
         out_console.print(f"worst case over every currency, in plain DP: ε = {_fmt(w['per_token'])} per token"
                           + (f", ε = {_fmt(w['per_document'])} per document of {L} tokens"
                              if L is not None and w.get("per_document") is not None else ""),
-                          highlight=False, markup=False)
+                          highlight=False, markup=False, soft_wrap=True)
     else:
         out_console.print("worst case over every currency, in plain DP: not computed (a currency has no figure; "
-                          "see its row)", highlight=False, markup=False)
+                          "see its row)", highlight=False, markup=False, soft_wrap=True)
     r = Table(title=_plural(summary["releases"], "release"))
     for c in ("time", "command", "guarantee", "currency", "seeded", "forced"):
         r.add_column(c)

@@ -132,6 +132,7 @@ def sanitize_command(
         mech = make_mechanism(mech_name, embeddings, epsilon, **kwargs)
         led = None
         reservation: list = []
+        forced_card: dict = {}  # {"forced": True, "forced_reason": ...} when --force overrode a refusal
         if not no_ledger:
             from textdp.accounting.ledger import Ledger
 
@@ -148,11 +149,15 @@ def sanitize_command(
         if led is not None:
             reservation.append(led.reserve(mech.guarantee, command=f"sanitize --mechanism {mech_name}",
                                            force=force))
+            if force:  # a refusal overridden: one warning line, and the card states it
+                from textdp.cli.budget import announce_forced
+
+                forced_card.update(announce_forced(led, reservation[0]))
 
     try:
         stats, card_file, mech = _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_size,
-                                      quiet, load_dataset, io, privacy_statistics, build_card, write_card,
-                                      reserve_budget)
+                                      quiet, load_dataset, io, privacy_statistics,
+                                      lambda **kw: build_card(**kw, **forced_card), write_card, reserve_budget)
         if led is not None:  # the release closes the reservation (with its card) once the card is written
             from textdp.errors import BudgetExceededError
 
