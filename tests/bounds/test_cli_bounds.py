@@ -23,13 +23,66 @@ def test_mse_worked_example_json():
 def test_mse_table_and_conversions():
     r = runner.invoke(app, ["bounds", "mse", "--epsilon", "2", "--diam", "100", "--kind", "dp", "--gamma", "5"])
     assert r.exit_code == 0 and "biased" in r.stdout and "Membership" in r.stdout
-    r = runner.invoke(app, ["bounds", "mse", "--epsilon", "1", "--delta", "1e-5", "--json"])
-    assert r.exit_code == 0 and json.loads(r.stdout)["epsilon2"] > 0
+    # the Gaussian path, now named: the same numbers as before issue 12
+    r = runner.invoke(app, ["bounds", "mse", "--epsilon", "1", "--delta", "1e-5", "--mechanism", "gaussian", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["epsilon2"] == pytest.approx(0.07185140465483661, rel=1e-9)
+    assert d["mse_lower_bound_unbiased"] == pytest.approx(3.3558998741525907, rel=1e-9)
+    assert d["mechanism"]["mechanism"] == "gaussian"
+
+
+def test_bare_approx_dp_is_refused_in_one_line():
+    r = runner.invoke(app, ["bounds", "mse", "--epsilon", "1", "--delta", "1e-5"])
+    assert r.exit_code == 2
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.output
+    assert "implies no MSE lower bound" in lines[0] and "--mechanism" in lines[0] and "Traceback" not in r.output
+
+
+def test_randomized_response_gives_the_rr_exact_bound():
+    import math
+
+    k, eps = 3, math.log(2)  # P = (1/2, 1/4, 1/4), Q = (1/4, 1/2, 1/4): D₂ = log(11/8)
+    r = runner.invoke(app, ["bounds", "mse", "--mechanism", "randomized-response", "--epsilon", repr(eps),
+                            "--categories", str(k), "--range", "0,10", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["epsilon2"] == pytest.approx(math.log(11 / 8), rel=1e-12)
+    assert d["mse_lower_bound_unbiased"] == pytest.approx(25 / (11 / 8 - 1), rel=1e-9)
+    # the pure-DP worst case (binary RR) is smaller: the exact curve is the tighter (larger) bound
+    r2 = runner.invoke(app, ["bounds", "mse", "--epsilon", repr(eps), "--kind", "dp", "--range", "0,10", "--json"])
+    assert json.loads(r2.stdout)["mse_lower_bound_unbiased"] < d["mse_lower_bound_unbiased"]
+
+
+def test_card_of_a_topic_model(tmp_path):
+    from textdp.bounds import discrete_laplace_rdp
+    from textdp.topics import HDPLDA
+
+    h = HDPLDA(n_topics=5, epsilon=10.0, delta=1e-6, iterations=20, max_doc_length=50)
+    acc = h.accounting()
+    card = {"format": "textdp-card/1", "mechanism": "topics.hdp-lda", "parameters": h.params(),
+            "guarantee": h.guarantee.to_dict(), "statistics": acc}
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.card.json").write_text(json.dumps(card), encoding="utf-8")
+    r = runner.invoke(app, ["bounds", "mse", "--card", str(model), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["epsilon2"] == pytest.approx(discrete_laplace_rdp(2.0, acc["scale"], 100, 20), rel=1e-12)
+    assert d["mechanism"]["mechanism"] == "discrete-laplace" and d["mechanism"]["unit"] == "document"
+    r = runner.invoke(app, ["bounds", "mse", "--card", str(model), "--epsilon", "1"])
+    assert r.exit_code == 2 and "leave out --epsilon" in r.output
+    r = runner.invoke(app, ["bounds", "mse", "--card", str(tmp_path / "none")])
+    assert r.exit_code == 2 and "no privacy card" in r.output
 
 
 @pytest.mark.parametrize("args", [
     ["--epsilon", "-1"], ["--epsilon", "nan"], ["--epsilon", "1", "--diam", "0"], ["--epsilon", "1", "--delta", "1.5"],
     ["--epsilon", "1", "--range", "5,1"], ["--epsilon", "1", "--kind", "zcdp"],
+    ["--epsilon", "1", "--scale", "2"], ["--mechanism", "staircase", "--epsilon", "1"],
+    ["--mechanism", "randomized-response"], ["--mechanism", "gaussian", "--epsilon", "1", "--kind", "dp"],
+    ["--mechanism", "randomized-response", "--epsilon", "1", "--categories", "1"],
 ])
 def test_mse_bad_input_exit_2(args):
     r = runner.invoke(app, ["bounds", "mse", *args])

@@ -102,16 +102,18 @@ def test_pure_dp_conversion_is_randomized_response_chi2():
 def test_approx_dp_conversion():
     import dp_accounting
 
-    e2 = epsilon2_from_approx_dp(1.0, 1e-5)
+    e2 = epsilon2_from_approx_dp(1.0, 1e-5, assume="gaussian")  # named: no silent assumption (issue 12)
+    with pytest.raises(ParameterError, match="implies no MSE lower bound"):
+        epsilon2_from_approx_dp(1.0, 1e-5)
     sigma = dp_accounting.get_sigma_gaussian(1.0, 1e-5)
     assert e2 == pytest.approx(1 / sigma**2)
     assert epsilon2_from_approx_dp(1.0, 1e-5, assume="any") == math.inf
     assert rdp_mse_lower_bound(epsilon2_from_approx_dp(1.0, 1e-5, assume="any")) == 0.0
     for bad in [0.0, 1.0, -0.1, 2.0, float("nan")]:
         with pytest.raises(ParameterError):
-            epsilon2_from_approx_dp(1.0, bad)
+            epsilon2_from_approx_dp(1.0, bad, assume="gaussian")
     with pytest.raises(ParameterError):
-        epsilon2_from_approx_dp(-1.0, 1e-5)
+        epsilon2_from_approx_dp(-1.0, 1e-5, assume="gaussian")
 
 
 def test_rdp_curve_conversion():
@@ -122,7 +124,9 @@ def test_rdp_curve_conversion():
     g = RDP(orders=(2.0, 3.0), epsilons=(0.5, 0.8))
     assert epsilon2_from_guarantee(g) == 0.5
     assert epsilon2_from_guarantee(PureDP(epsilon=1.0)) == pytest.approx(epsilon2_from_pure_dp(1.0))
-    assert epsilon2_from_guarantee(ApproxDP(epsilon=1.0, delta=1e-5)) == pytest.approx(epsilon2_from_approx_dp(1.0, 1e-5))
+    with pytest.raises(ParameterError, match="implies no MSE lower bound"):
+        epsilon2_from_guarantee(ApproxDP(epsilon=1.0, delta=1e-5))
+    assert epsilon2_from_guarantee(ApproxDP(epsilon=1.0, delta=0.0)) == pytest.approx(epsilon2_from_pure_dp(1.0))
 
 
 def test_gaussian_fil_closed_forms(rng):

@@ -11,6 +11,17 @@ units², for one record (replace-one). ε values are per record (per document fo
 embedding mechanism), for the whole release (one run of training).
 """
 
+from textdp.bounds.curves import (
+    MECHANISMS,
+    MechanismCurve,
+    discrete_laplace_rdp,
+    gaussian_rdp,
+    laplace_rdp,
+    mechanism_curve,
+    mechanism_from_card,
+    randomized_response_rdp,
+    read_card_for_bounds,
+)
 from textdp.bounds.features import TextFeatures, add_bias, text_features
 from textdp.bounds.fil import cramer_rao_mse_bound, fil_from_jacobian, fil_mse_bound, gaussian_fisher_information
 from textdp.bounds.glm import (
@@ -46,6 +57,8 @@ __all__ = [
     "rdp_mse_lower_bound", "mse_to_std", "mia_advantage_bound",
     "epsilon2_gaussian", "epsilon2_from_pure_dp", "epsilon2_from_approx_dp", "epsilon2_from_rdp_curve",
     "epsilon2_from_guarantee",
+    "MECHANISMS", "MechanismCurve", "mechanism_curve", "mechanism_from_card", "read_card_for_bounds",
+    "randomized_response_rdp", "discrete_laplace_rdp", "laplace_rdp", "gaussian_rdp",
     "gaussian_fisher_information", "fil_from_jacobian", "fil_mse_bound", "cramer_rao_mse_bound",
     "GLMFit", "fit_glm", "influence_jacobian", "per_sample_fil", "output_perturbation_sensitivity",
     "glm_informed_attack", "attack_experiment", "AttackResult",

@@ -187,17 +187,25 @@ def epsilon2_from_pure_dp(epsilon: float) -> float:
     return float(np.logaddexp(2 * lq - l1q, 2 * l1q - lq))
 
 
-def epsilon2_from_approx_dp(epsilon: float, delta: float, assume: str = "gaussian") -> float:
-    """Order-2 RDP of a mechanism stated as (ε, δ)-DP.
+def epsilon2_from_approx_dp(epsilon: float, delta: float, assume: str | None = None) -> float:
+    """Order-2 RDP of a mechanism stated as (ε, δ)-DP, **only** with a named assumption.
 
     A general (ε, δ)-DP mechanism with δ > 0 has **no** finite Rényi divergence (it may
     reveal the record with probability δ), so no reconstruction bound follows from (ε, δ)
-    alone: ``assume="any"`` returns +inf (bound 0). ``assume="gaussian"`` (default) treats
-    it as a Gaussian mechanism calibrated tightly to (ε, δ) (analytic Gaussian, Balle & Wang
-    2018, via ``dp_accounting.get_sigma_gaussian``) and returns 1/σ² (unit sensitivity).
+    alone. ``assume`` must say what the mechanism is:
 
-    Raises ParameterError for ε ≤ 0/NaN, δ outside (0, 1) or an unknown ``assume``.
+    * ``"gaussian"``: a Gaussian mechanism calibrated tightly to (ε, δ) (analytic Gaussian,
+      Balle & Wang 2018, via ``dp_accounting.get_sigma_gaussian``); returns 1/σ² (unit
+      sensitivity). Only right when the mechanism *is* that Gaussian: for textdp's own
+      mechanisms use their exact curves (:mod:`textdp.bounds.curves`), e.g. HDP-LDA's
+      (10, 1e-6) guarantee comes from discrete Laplace noise, whose ε₂ is far larger.
+    * ``"any"``: no assumption; returns +inf (bound 0).
+
+    Raises ParameterError without ``assume`` (the message says why), for ε ≤ 0/NaN, δ
+    outside (0, 1) or an unknown ``assume``.
     """
+    from textdp.bounds.curves import NO_BOUND_FROM_APPROX_DP
+
     eps = check_epsilon(epsilon, allow_zero=False)
     try:
         dl = float(delta)
@@ -205,6 +213,9 @@ def epsilon2_from_approx_dp(epsilon: float, delta: float, assume: str = "gaussia
         raise ParameterError(f"delta must be a number in (0, 1), got {delta!r}") from None
     if not (0.0 < dl < 1.0):
         raise ParameterError(f"delta must be in (0, 1), got {delta!r}; for pure ε-DP leave delta out")
+    if assume is None:
+        raise ParameterError(f"{NO_BOUND_FROM_APPROX_DP}; say which mechanism gave it (assume='gaussian', or an "
+                             "exact curve from textdp.bounds.curves.mechanism_curve)")
     if assume == "any":
         return math.inf
     if assume != "gaussian":
@@ -236,18 +247,28 @@ def epsilon2_from_rdp_curve(orders: Iterable[float], epsilons: Iterable[float]) 
     return float(e[ok].min())
 
 
-def epsilon2_from_guarantee(guarantee) -> float:
-    """Order-2 RDP value of a :mod:`textdp.accounting.guarantees` object (PureDP, ApproxDP
-    under the Gaussian assumption, RDP). Raises ParameterError for other kinds."""
-    from textdp.accounting.guarantees import RDP, ApproxDP, PureDP
+def epsilon2_from_guarantee(guarantee, mechanism=None) -> float:
+    """Order-2 RDP value of a :mod:`textdp.accounting.guarantees` object.
 
+    RDP: from the curve; PureDP, LocalDP and ApproxDP with δ = 0: through the worst ε-DP
+    mechanism (binary randomized response, valid for every ε-DP mechanism). ApproxDP with
+    δ > 0 needs ``mechanism`` (a :class:`textdp.bounds.curves.MechanismCurve`, e.g. HDP-LDA's
+    discrete Laplace); without it ParameterError says why (no bound follows from (ε, δ)).
+    With ``mechanism`` given, its exact curve is used whatever the guarantee.
+    """
+    from textdp.accounting.guarantees import RDP, ApproxDP, LocalDP, PureDP
+    from textdp.bounds.curves import NO_BOUND_FROM_APPROX_DP
+
+    if mechanism is not None:
+        return mechanism.epsilon2
     if isinstance(guarantee, RDP):
         return epsilon2_from_rdp_curve(guarantee.orders, guarantee.epsilons)
     if isinstance(guarantee, ApproxDP):
         if guarantee.delta == 0:
             return epsilon2_from_pure_dp(guarantee.epsilon)
-        return epsilon2_from_approx_dp(guarantee.epsilon, guarantee.delta)
-    if isinstance(guarantee, PureDP):
+        raise ParameterError(f"{guarantee.describe()}: {NO_BOUND_FROM_APPROX_DP}; pass mechanism= "
+                             "(textdp.bounds.curves.mechanism_curve)")
+    if isinstance(guarantee, (PureDP, LocalDP)):
         return epsilon2_from_pure_dp(guarantee.epsilon)
     raise ParameterError(f"no (2, ε)-RDP value for a {guarantee.kind} guarantee")
 

@@ -2,6 +2,7 @@
 
 Thin layer over :mod:`textdp.bounds`: parsing, progress, printing.
   textdp bounds mse --epsilon 2 --range 0,100          RDP lower bound on reconstruction MSE
+  textdp bounds mse --card model/ --range 0,1          ... through the exact curve of a card's mechanism
   textdp bounds glm rotten-tomatoes --sigma 1e-5 ...   per-record FIL, informed attack, figure
   textdp bounds dpsgd rotten-tomatoes --epochs 3 ...   DP-SGD with per-example FIL next to ε
 """
@@ -77,31 +78,77 @@ def _write_json(obj, path: Path) -> None:
 @bounds_app.command("mse")
 @handle_errors
 def mse_cmd(
-    epsilon: float = typer.Option(..., "--epsilon", "-e", help="ε of the mechanism, per record."),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", "-e", help="ε of the mechanism, per record (with "
+                                            "--mechanism: the ε that mechanism is run with)."),
     diam: Optional[str] = typer.Option(None, "--diam", help="Data range width per coordinate: one number or a comma list."),
     range_: Optional[str] = typer.Option(None, "--range", help="Data range LO,HI (diam = HI − LO), e.g. 0,100."),
-    kind: str = typer.Option("rdp", "--kind", help="What ε is: 'rdp' (Rényi DP at --order), 'dp' (pure ε-DP)."),
+    kind: Optional[str] = typer.Option(None, "--kind", help="What a bare --epsilon is: 'rdp' (Rényi DP at --order; "
+                                       "default) or 'dp' (pure ε-DP, through the worst ε-DP mechanism)."),
     order: float = typer.Option(2.0, "--order", help="Rényi order of ε for --kind rdp (≥ 2; the bound needs order 2)."),
-    delta: Optional[float] = typer.Option(None, "--delta", help="ε is (ε, δ)-DP: assumes a Gaussian mechanism calibrated to it."),
+    delta: Optional[float] = typer.Option(None, "--delta", help="δ of an (ε, δ) guarantee: needs --mechanism "
+                                          "(an (ε, δ) guarantee alone implies no bound); with --mechanism gaussian, "
+                                          "σ is calibrated to (ε, δ)."),
+    mechanism: Optional[str] = typer.Option(None, "--mechanism", "-m", help="The mechanism, for its exact Rényi "
+                                            "curve: randomized-response, laplace, discrete-laplace or gaussian."),
+    card: Optional[Path] = typer.Option(None, "--card", help="A privacy card (*.card.json, an output with its card, or "
+                                        "a topic-model folder): mechanism and parameters are read from it."),
+    categories: Optional[int] = typer.Option(None, "--categories", help="randomized-response: number of categories "
+                                             "k (default 2)."),
+    reports: Optional[int] = typer.Option(None, "--reports", help="randomized-response: reports one protected "
+                                          "change alters (default 1; LP-LDA: 2 bits per replaced word)."),
+    scale: Optional[float] = typer.Option(None, "--scale", help="discrete-laplace: noise scale b, P(z) ∝ "
+                                          "exp(−|z|/b)."),
+    sensitivity: Optional[float] = typer.Option(None, "--sensitivity", help="discrete-laplace: integer L1 "
+                                                "sensitivity; gaussian: L2 sensitivity (default 1)."),
+    sigma: Optional[float] = typer.Option(None, "--sigma", help="gaussian: noise standard deviation."),
+    releases: Optional[int] = typer.Option(None, "--releases", help="laplace, discrete-laplace, gaussian: "
+                                           "adaptive releases composed (default 1)."),
     gamma: Optional[float] = typer.Option(None, "--gamma", help="Bias slack γ of a biased attack (Thm 1, biased form)."),
     gamma_mode: str = typer.Option("variation", "--gamma-mode", help="'variation' (|b(z′)−b(z)| ≤ γ) or 'absolute' (|b| ≤ γ)."),
     as_json: bool = opt_json(),
 ):
-    """Lower bound on ANY reconstruction attack's mean squared error (Guo et al. 2022, Theorem 1)."""
+    """Lower bound on ANY reconstruction attack's mean squared error (Guo et al. 2022, Theorem 1).
+
+    The bound needs the order-2 Rényi divergence of the mechanism. Give it as --epsilon
+    (RDP, or pure DP with --kind dp), or name the mechanism (--mechanism, --card) so its
+    exact curve is used. A bare (ε, δ) is refused: it implies no bound.
+    """
     from textdp.bounds import (
-        epsilon2_from_approx_dp,
         epsilon2_from_pure_dp,
         epsilon2_from_rdp_curve,
+        mechanism_curve,
+        mechanism_from_card,
         mia_advantage_bound,
         mse_to_std,
         rdp_mse_lower_bound,
+        read_card_for_bounds,
     )
+    from textdp.bounds.curves import MECHANISMS, NO_BOUND_FROM_APPROX_DP
     from textdp.bounds.rdp import check_epsilon
 
-    eps = check_epsilon(epsilon)
-    if kind == "rdp" and delta is None:
-        _require(order >= 2, f"--order must be at least 2 (the bound needs the order-2 Rényi divergence), "
-                             f"got {order:g}")
+    mech_opts = {"--categories": categories, "--reports": reports, "--scale": scale, "--sensitivity": sensitivity,
+                 "--sigma": sigma, "--releases": releases}
+    if card is not None:
+        given = [o for o, v in {"--mechanism": mechanism, "--epsilon": epsilon, "--delta": delta, "--kind": kind,
+                                **mech_opts}.items() if v is not None]
+        _require(not given, f"--card reads the mechanism and its parameters from the card; leave out {', '.join(given)}")
+    elif mechanism is not None:
+        _require(mechanism in MECHANISMS, f"--mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+        _require(kind is None, "--kind is for a bare --epsilon; with --mechanism the mechanism's own curve is used")
+    else:
+        given = [o for o, v in mech_opts.items() if v is not None]
+        _require(not given, f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --mechanism")
+        _require(epsilon is not None, "give --epsilon (and --kind), --mechanism with its parameters, or --card")
+        if delta is not None and delta != 0:
+            raise ParameterError(f"{NO_BOUND_FROM_APPROX_DP}; name the mechanism that gave it (--mechanism "
+                                 f"{'|'.join(MECHANISMS)} with its parameters) or give its --card")
+    if kind is None:
+        kind = "rdp"
+    if card is None and mechanism is None:
+        eps = check_epsilon(epsilon)
+        if kind == "rdp" and delta is None:
+            _require(order >= 2, f"--order must be at least 2 (the bound needs the order-2 Rényi divergence), "
+                                 f"got {order:g}")
     if diam is not None and range_ is not None:
         raise ParameterError("give either --diam or --range, not both")
     if range_ is not None:
@@ -111,8 +158,18 @@ def mse_cmd(
         d = [lohi[1] - lohi[0]]
     else:
         d = _floats(diam, "--diam") if diam is not None else [1.0]
-    if delta is not None:
-        e2, how = epsilon2_from_approx_dp(eps, delta), f"({eps:g}, {delta:g})-DP, Gaussian mechanism assumed"
+    curve = None
+    if card is not None:
+        card_dict, card_file = read_card_for_bounds(card)
+        got = mechanism_from_card(card_dict, source=card_file)
+        if isinstance(got, tuple):
+            e2, how = got
+        else:
+            curve, e2, how = got, got.epsilon2, got.describe
+    elif mechanism is not None:
+        curve = mechanism_curve(mechanism, epsilon=epsilon, delta=delta, categories=categories, reports=reports,
+                                scale=scale, sensitivity=sensitivity, sigma=sigma, releases=releases)
+        e2, how = curve.epsilon2, curve.describe
     elif kind == "dp":
         e2, how = epsilon2_from_pure_dp(eps), f"{eps:g}-DP (tight: randomized-response χ²)"
     elif kind == "rdp":
@@ -121,13 +178,15 @@ def mse_cmd(
     else:
         raise ParameterError(f"--kind must be 'rdp' or 'dp', got {kind!r}")
     unb = rdp_mse_lower_bound(e2, d)
-    res = {"epsilon": eps, "guarantee": how, "epsilon2": e2, "diam": d if len(d) > 1 else d[0],
+    res = {"epsilon": epsilon, "guarantee": how, "epsilon2": e2, "diam": d if len(d) > 1 else d[0],
            "mse_lower_bound_unbiased": unb, "std_lower_bound_unbiased": mse_to_std(unb)}
+    if curve is not None:
+        res["mechanism"] = curve.to_dict()
     if gamma is not None:
         b = rdp_mse_lower_bound(e2, d, gamma=gamma, gamma_mode=gamma_mode)
         res.update({"gamma": gamma, "gamma_mode": gamma_mode, "mse_lower_bound_biased": b,
                     "std_lower_bound_biased": mse_to_std(b)})
-    if delta is None and kind == "dp":
+    if card is None and mechanism is None and kind == "dp":
         res["mia_advantage_bound"] = mia_advantage_bound(eps)
     if as_json:
         print_json(res)
@@ -141,7 +200,8 @@ def mse_cmd(
         t.add_row(f"biased (γ = {gamma:g}, {gamma_mode})", f"{res['mse_lower_bound_biased']:.4g}",
                   f"{res['std_lower_bound_biased']:.4g}")
     out_console.print(t)
-    out_console.print(f"(2, ε)-RDP value used: ε₂ = {e2:.6g}; per-coordinate data range diam = "
+    src = "exact Rényi curve of the mechanism" if curve is not None else "(2, ε)-RDP value used"
+    out_console.print(f"{src}: ε₂ = {e2:.6g}; per-coordinate data range diam = "
                       f"{res['diam']}. An unbiased attacker's guess is off by ±{mse_to_std(unb):.3g} (1 std) or more.")
     if "mia_advantage_bound" in res:
         out_console.print(f"Membership inference: success ≤ {(res['mia_advantage_bound'] + 1) / 2:.1%}.")
