@@ -489,40 +489,41 @@ class Ledger:
         if infinite:
             term, why = infinite[0]
             shown = b if b is not None else next(iter(budgets.values()))
-            return UnboundedTermError(
-                f"{why}; this release ({guarantee.describe()}) has {term} = ∞ and no finite budget covers it "
-                f"(budget of {self.dataset!r}: {shown.describe()}); {force_hint}")
+            return _refused(UnboundedTermError,
+                            f"{why}; this release ({guarantee.describe()}) has {term} = ∞ and no finite budget "
+                            f"covers it (budget of {self.dataset!r}: {shown.describe()})", force_hint)
         if b is None:
             named = ", ".join(sorted(c for c in budgets if c is not None))
-            return CurrencyNotBudgetedError(
-                f"this release ({guarantee.describe()}) spends currency {key}, but the budget of {self.dataset!r} "
-                f"names only {named}: set one for it with `textdp budget set DATASET --epsilon E --currency {key}` "
-                f"or {force_hint}")
+            return _refused(CurrencyNotBudgetedError,
+                            f"this release ({guarantee.describe()}) spends currency {key}, but the budget of "
+                            f"{self.dataset!r} names only {named}",
+                            f"set one for it with `textdp budget set DATASET --epsilon E --currency {key}` or "
+                            f"{force_hint}", sep=": ")
         delta = self._delta(key, budgets)
         others = self.guarantees(exclude_reservation)
         new_total = compose_by_group([*others, guarantee], delta)[key]
         after = charges(new_total, delta)
         before_g = compose_by_group(others, delta).get(key)
         before = charges(before_g, delta) if before_g is not None else {k: 0.0 for k in after}
-        tail = f"; {force_hint} or raise it with `textdp budget set`"
+        fix = f"{force_hint} or raise it with `textdp budget set`"
         eps, eps_before = after["epsilon"], before["epsilon"]
         over_delta = "delta" in after and b.delta is not None and after["delta"] > b.delta * (1 + 1e-12)
         if eps > b.epsilon * (1 + 1e-12) or over_delta:
             need = "∞ (no privacy)" if math.isinf(eps) else f"{eps - eps_before:.4g}"
             delta_note = f", delta {after['delta']:.3g} > {b.delta:.3g}" if over_delta else ""
-            return BudgetExceededError(
-                f"privacy budget of {self.dataset!r} exceeded: this release ({guarantee.describe()}) needs ε={need}, "
-                f"{eps_before:.4g} already spent in currency {key} of a budget of ε={b.epsilon:g} "
-                f"(remaining {max(0.0, b.epsilon - eps_before):.4g}){delta_note}{tail}")
+            return _refused(BudgetExceededError,
+                            f"privacy budget of {self.dataset!r} exceeded: this release ({guarantee.describe()}) "
+                            f"needs ε={need}, {eps_before:.4g} already spent in currency {key} of a budget of "
+                            f"ε={b.epsilon:g} (remaining {max(0.0, b.epsilon - eps_before):.4g}){delta_note}", fix)
         if "epsilon0" in after and after["epsilon0"] > b.epsilon0_cap * (1 + 1e-12):
             cap = b.epsilon0_cap
-            return BudgetExceededError(
-                f"privacy budget of {self.dataset!r} exceeded: this release ({guarantee.describe()}) needs "
-                f"ε₀={after['epsilon0'] - before['epsilon0']:.4g} (the additive term per {guarantee.unit}), "
-                f"{before['epsilon0']:.4g} already spent in currency {key} of a budget of ε₀={cap:g} "
-                f"(remaining {max(0.0, cap - before['epsilon0']):.4g}"
-                + ("" if b.epsilon0 is not None else "; without --epsilon0 the budget's ε caps ε₀ too")
-                + f"){tail}")
+            return _refused(BudgetExceededError,
+                            f"privacy budget of {self.dataset!r} exceeded: this release ({guarantee.describe()}) "
+                            f"needs ε₀={after['epsilon0'] - before['epsilon0']:.4g} (the additive term per "
+                            f"{guarantee.unit}), {before['epsilon0']:.4g} already spent in currency {key} of a budget "
+                            f"of ε₀={cap:g} (remaining {max(0.0, cap - before['epsilon0']):.4g}"
+                            + ("" if b.epsilon0 is not None else "; without --epsilon0 the budget's ε caps ε₀ too")
+                            + ")", fix)
         return None
 
     # ------------------------------------------------------------ writing
@@ -617,7 +618,7 @@ class Ledger:
                      "command": command, "guarantee": guarantee.to_dict(), "group": group_key(guarantee),
                      "forced": refused is not None, "pid": os.getpid()}
             if refused is not None:
-                entry["forced_reason"] = str(refused)
+                entry["forced_reason"] = _reason(refused)
             self._append(entry)
         return rid
 
@@ -671,7 +672,7 @@ class Ledger:
             if refused is not None and not force:
                 raise refused
             return self._record_locked(guarantee, card, command, refused is not None, input_hash, reservation,
-                                       None if refused is None else str(refused))
+                                       None if refused is None else _reason(refused))
 
     def _record_locked(self, guarantee, card, command, forced, input_hash, reservation=None,
                        forced_reason=None) -> dict[str, Any]:
@@ -694,6 +695,18 @@ class Ledger:
         if forced_reason is not None:
             entry["forced_reason"] = forced_reason
         return self._append(entry)
+
+
+def _refused(cls: type[BudgetExceededError], reason: str, fix: str, sep: str = "; ") -> BudgetExceededError:
+    """A refusal: its message is ``reason`` + ``sep`` + ``fix`` (one line); ``.reason`` keeps what is
+    refused without the fix (what a forced release records and states on its card)."""
+    exc = cls(f"{reason}{sep}{fix}")
+    exc.reason = reason
+    return exc
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "reason", None) or str(exc)
 
 
 @contextlib.contextmanager

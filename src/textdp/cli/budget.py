@@ -48,7 +48,8 @@ def announce_forced(led, reservation: str) -> dict:
     reason = led.forced_reason(reservation)
     if reason is None:
         return {}
-    err_console.print(f"[bold yellow]warning:[/] --force: released although the budget refuses it: {esc(reason)}",
+    err_console.print("[bold yellow]warning:[/] released with --force although the budget refuses it (recorded as "
+                      f"forced in the ledger and on the card): {esc(reason)}",
                       highlight=False, soft_wrap=True)
     return {"forced": True, "forced_reason": reason}
 
