@@ -128,3 +128,47 @@ def test_bad_inputs():
                dict(noise_multiplier=float("nan")), dict(delta=0.5)):
         with pytest.raises(ParameterError):
             train_dpsgd_fil(_mlp(6), X, y, **kw)
+
+
+def test_sampled_mode_is_an_estimate_with_unsampled_zeros_expected_mode_is_not():
+    # one epoch, B/n = 1/10: about (1 - 1/10)^10 ≈ 35 % of the examples are never sampled
+    X, y = _toy(n=100, d=4)
+    a = train_dpsgd_fil(_mlp(4), X, y, epochs=1, batch_size=10, rng=3, noise_multiplier=2.0)
+    assert a.config["subsampling"] == "sampled" and a.config["fil"].startswith("estimate")
+    assert 0.2 < np.mean(a.eta2 == 0) < 0.5
+    b = train_dpsgd_fil(_mlp(4), X, y, epochs=1, batch_size=10, rng=3, noise_multiplier=2.0, subsampling="expected")
+    assert np.all(b.eta2 > 0) and b.config["fil"].startswith("bound")
+    # the old name still selects the estimate
+    c = train_dpsgd_fil(_mlp(4), X, y, epochs=1, batch_size=10, rng=3, noise_multiplier=2.0, subsampling="convexity")
+    assert c.config["subsampling"] == "sampled"
+
+
+def test_expected_mode_charges_q_times_the_exact_trace_every_step():
+    # one step with lr = 0 (θ fixed): expected mode = q · exact one-step dFIL for every example
+    X, y = _toy(n=20, d=3)
+    model = _mlp(3)
+    exact = per_example_fil(model, X, y, clip_norm=0.7, noise_multiplier=1.5, exact=True)
+    r = train_dpsgd_fil(model, X, y, epochs=1, batch_size=20, lr=1e-300, momentum=0.0, clip_norm=0.7,
+                        noise_multiplier=1.5, rng=0, subsampling="expected")
+    assert r.eta2 == pytest.approx(exact * 1.0, rel=1e-4)  # q = B/n = 1, one step
+
+
+def test_noisy_clipped_sum_is_float_safe():
+    from textdp.bounds.dpsgd import noisy_clipped_sum
+    from textdp.noise import make_rng
+    from textdp.noise.samplers import gaussian_granularity
+
+    rng = np.random.default_rng(0)
+    G = rng.normal(size=(8, 50)).astype(np.float32)
+    G /= np.linalg.norm(G, axis=1, keepdims=True)  # norm 1 (float32: may exceed 1 by an ulp)
+    out = noisy_clipped_sum(torch.from_numpy(G), 1.0, 0.3, make_rng(1))
+    g = gaussian_granularity(0.3)
+    assert np.all(out / g == np.round(out / g))  # every released value is a lattice point
+    # the rounding only shrinks: each rounded row keeps norm ≤ bound, so the sum moves by < B·√p·g
+    assert np.abs(out - G.sum(axis=0)).max() < 0.3 * 8
+    # the same seed gives the same release; the input's low-order bits do not reach the output
+    G2 = G.copy()
+    G2[0, 0] = np.nextafter(G2[0, 0], np.float32(0))  # one ulp toward zero
+    a = noisy_clipped_sum(torch.from_numpy(G), 1.0, 0.3, make_rng(2))
+    b = noisy_clipped_sum(torch.from_numpy(G2), 1.0, 0.3, make_rng(2))
+    assert np.array_equal(a, b) or np.abs(a - b).max() == g

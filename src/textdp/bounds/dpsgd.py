@@ -21,12 +21,25 @@ probe in effect, spec A.9 bug 1); here every probe is independent. Composition a
 (chain rule of Fisher information) along the realised trajectory, an unbiased single-sample
 estimate of the expected information.
 
-Subsampling factor w: ``"convexity"`` (default, rigorous): Fisher information is convex,
-so the mixture over "i sampled or not" has I ⪯ q·I₁; adding I₁ only when i ∈ B_t is an
-unbiased estimate of that (w = 1). ``"wmax"`` (the official code's tighter factor):
-w = q / (q + (1 − q) e^{−ε_step}) with ε_step the (ε, δ)-DP of one step from
-dp-accounting's exact Gaussian formula (the code used the classic formula, valid only for
-ε < 1: bug 7); it holds except with probability δ, so it is a heuristic.
+Subsampling (``subsampling=``), i.e. how the step's information enters example i's total:
+
+* ``"sampled"`` (default; ``"convexity"`` is its old name): add I₁ = Tr(J_tᵀJ_t)/(d (σC)²)
+  only at the steps where i ∈ B_t. This is an **estimate**: unbiased for the expected
+  information q·I₁ per step, but a single draw of the batches, so an example's total depends
+  on how often it happened to be sampled; after one epoch about (1 − B/n)^{n/B} ≈ e⁻¹ ≈ 37 %
+  of the examples were never sampled and show η = 0 (bound +inf). With Hutchinson probes
+  the trace is an estimate too.
+* ``"expected"`` (rigorous per example, along the run's trajectory): Fisher information is
+  jointly convex, and the step's output law for i is the mixture "i ∈ B_t" (prob. q = B/n,
+  information I₁) / "i ∉ B_t" (information 0), so its information is at most q·I₁. Every
+  example is charged q·I₁ at **every** step, with the **exact** trace (all d input
+  directions, no probes). No example can show zero; the cost is n/B × d/probes the
+  sampled mode's FIL work. What remains is the FIL accountant's own conditioning (Guo et
+  al. §6.1): the per-step information is evaluated at the realised parameters θ_t.
+* ``"wmax"`` (the official code's tighter factor, on top of ``"sampled"``):
+  w = q / (q + (1 − q) e^{−ε_step}) with ε_step the (ε, δ)-DP of one step from
+  dp-accounting's exact Gaussian formula (the code used the classic formula, valid only for
+  ε < 1: bug 7); it holds except with probability δ, so it is a heuristic.
 
 RDP of the same run (replace-one, as the reconstruction game needs): dp-accounting
 ``SelfComposedDpEvent(SampledWithoutReplacementDpEvent(n, B, GaussianDpEvent(σ/(2κ))), T)``
@@ -34,10 +47,22 @@ under ``REPLACE_ONE`` (replace-one sensitivity of the clipped sum is 2κC); the 
 also shows Opacus's Poisson add/remove ε with noise σ/κ (what the official code reported)
 for comparison.
 
-Noise: S_t's Gaussian noise is drawn with :func:`textdp.noise.gaussian` from the textdp
-generator (ChaCha20 by default) and converted to a torch tensor; batch indices come from the
-same generator. Only the Hutchinson probes (which are not privacy noise) use a
-``torch.Generator`` seeded from the textdp generator.
+Noise, float-safe (:func:`noisy_clipped_sum`): the per-example clipped gradients are taken to
+float64, hard-rescaled to norm ≤ κC (float error of the soft clip), and rounded *toward zero*
+onto the grid g of textdp's discrete Gaussian (``textdp.noise.gaussian_granularity(σC)``, a
+power of two): rounding toward zero never increases a coordinate's magnitude, so each
+rounded gradient still has norm ≤ κC and the replace-one sensitivity stays 2κC with no
+discretisation cost. Their sum is exact (integers times g), and the noise g·Z, Z an exact
+discrete Gaussian N_ℤ(0, s²) with s·g ≥ σC (Canonne, Kamath & Steinke 2020), lands on the same
+lattice, so S_t is computed exactly and its low-order bits carry nothing but the lattice
+point. Its RDP is at most the continuous Gaussian's (CKS20 Thm 14-15), and the
+without-replacement amplification of dp-accounting (Wang, Balle & Kasiviswanathan 2019)
+takes any base RDP curve, so the accountant above covers the actual release. Dividing by
+B, the float32 cast and the optimiser step are post-processing. The FIL figures describe
+the idealised (unrounded) soft-clipped Gaussian map, which is differentiable in x_i; the
+rounding is a deterministic map of at most g/2 per coordinate. Batch indices come from the
+same textdp generator; only the Hutchinson probes (not privacy noise) use a
+``torch.Generator`` seeded from it.
 
 Per-example FIL values depend on the data: treat them as secret (Guo et al. footnote 2).
 Models with batch normalisation are refused: per-example Jacobians are undefined there.
@@ -56,7 +81,10 @@ import numpy as np
 from textdp.errors import InputError, ParameterError
 
 __all__ = ["soft_clip_factor_max", "train_dpsgd_fil", "DPSGDResult", "EpochRecord", "per_example_fil",
-           "dpsgd_rdp", "check_model"]
+           "dpsgd_rdp", "check_model", "noisy_clipped_sum", "SUBSAMPLING_MODES"]
+
+#: subsampling modes of the FIL accountant (see the module docstring); "convexity" is the old name of "sampled"
+SUBSAMPLING_MODES = ("sampled", "expected", "wmax")
 
 
 @functools.lru_cache(maxsize=1)
@@ -141,6 +169,58 @@ def _fil_probes(clipped, params, xb, yb, probes: int, gen):
         return prim[0], torch.sum(tang * tang, dim=1).mean()
 
     return vmap(per_example)(xb, yb, V)
+
+
+def _exact_traces(clipped, params, xb, yb, max_floats: int = 1 << 24):
+    """Exact Tr(JᵀJ) (B,) of J = ∂ĝ/∂x per example: Σ_j ‖J e_j‖² over all d input directions,
+    by forward-mode products on the basis vectors, in column chunks of at most ``max_floats``
+    tangent values (memory bound)."""
+    import torch
+    from torch.func import jvp, vmap
+
+    B, d = xb.shape
+    p = sum(v.numel() for v in params.values())
+    cols = max(1, min(d, max_floats // max(1, B * p)))
+    eye = torch.eye(d, dtype=xb.dtype)
+    tr = torch.zeros(B, dtype=torch.float64)
+
+    def one(x, y, v):
+        return jvp(lambda xx: clipped(params, xx, y), (x,), (v,))[1]
+
+    per_ex = vmap(vmap(one, in_dims=(None, None, 0)), in_dims=(0, 0, None))
+    for c0 in range(0, d, cols):
+        tang = per_ex(xb, yb, eye[c0:c0 + cols])  # (B, cols, p)
+        tr += torch.sum(tang.double() ** 2, dim=(1, 2))
+    return tr
+
+
+def noisy_clipped_sum(G, bound: float, noise_std: float, rng) -> np.ndarray:
+    """Float-safe Σ_i ĝ_i + N(0, noise_std²) for per-example vectors ``G`` (B, p) of norm ≤ ``bound``.
+
+    Steps (see the module docstring): float64; rows above ``bound·(1 − 2⁻³⁰)`` rescaled to it
+    (absorbs the float error of the clip); every coordinate rounded toward zero onto the grid
+    g = ``gaussian_granularity(noise_std)`` (a power of two; norms can only shrink); the sum of
+    the rounded rows (exact: integer multiples of g); plus ``textdp.noise.gaussian(noise_std)``
+    noise, exact discrete Gaussian on the same grid with effective std ≥ ``noise_std``.
+    Returns the released (p,) float64 vector, exact lattice points. The L2 sensitivity of
+    the sum is 2·``bound`` (replace-one), as for real-valued vectors.
+    """
+    from textdp.noise import gaussian
+    from textdp.noise.samplers import gaussian_granularity
+
+    X = np.array(G.detach().cpu().double().numpy() if hasattr(G, "detach") else G, dtype=np.float64)  # own copy
+    g = gaussian_granularity(noise_std)
+    if X.shape[0] * bound / g >= 2.0**52:
+        raise ParameterError("the noise is too small for the clip norm and batch (the exact lattice sum would "
+                             "overflow 2^52 grid steps); raise the noise multiplier or lower the batch size")
+    target = float(bound) * (1.0 - 2.0**-30)
+    norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+    over = norms > target
+    if over.any():
+        X[over] *= (target / norms[over])[:, None]
+    K = np.trunc(X / g)  # toward zero: |K g| ≤ |x| coordinate-wise
+    S = K.sum(axis=0) * g  # exact: integers below 2^52 times a power of two
+    return S + gaussian(noise_std, S.shape, rng)
 
 
 def per_example_fil(model, X, y, clip_norm: float = 1.0, noise_multiplier: float = 1.0, probes: int = 8,
@@ -273,7 +353,7 @@ def train_dpsgd_fil(
     delta: float = 1e-5,
     probes: int = 1,
     fil: bool = True,
-    subsampling: str = "convexity",
+    subsampling: str = "sampled",
     rng=None,
     progress: Callable[[int, int], None] | None = None,
 ) -> DPSGDResult:
@@ -284,14 +364,19 @@ def train_dpsgd_fil(
     X: ``(n, d)`` array/tensor/CSR (densified to float32); y: ``(n,)`` int class ids.
     epochs × ⌊n/B⌋ steps; each step a fresh uniform batch of B records (without replacement).
     probes: Hutchinson probes per example per step (distinct; default 1 keeps the cost near
-    2× a plain DP-SGD step, and the composition over steps averages the estimate).
+    2× a plain DP-SGD step, and the composition over steps averages the estimate); unused
+    with ``subsampling="expected"`` (exact traces).
+    subsampling: ``"sampled"`` (default, an estimate: information only at the steps an
+    example is sampled; ``"convexity"`` is accepted as its old name), ``"expected"``
+    (rigorous per-example bound along the trajectory: q·I₁ for every example at every step,
+    exact traces; n/B × d/probes times the FIL work) or ``"wmax"`` (official heuristic).
     fil=False skips the FIL accountant (the plain DP-SGD baseline of the benchmark).
     rng: textdp generator or seed (None: CSPRNG). ε is per record, for the whole run.
     Raises ParameterError (σ, C, lr, B, δ out of range, batch norm) / InputError (shapes).
     """
     import torch
 
-    from textdp.noise import gaussian, make_rng, random_source
+    from textdp.noise import make_rng, random_source
 
     check_model(model)
     C = _pos(clip_norm, "clip_norm")
@@ -305,8 +390,10 @@ def train_dpsgd_fil(
         raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
     if int(epochs) < 1 or int(probes) < 1:
         raise ParameterError("epochs and probes must be ≥ 1")
-    if subsampling not in ("convexity", "wmax"):
-        raise ParameterError(f"subsampling must be 'convexity' or 'wmax', got {subsampling!r}")
+    if subsampling == "convexity":  # the old name of the single-draw estimate
+        subsampling = "sampled"
+    if subsampling not in SUBSAMPLING_MODES:
+        raise ParameterError(f"subsampling must be one of {', '.join(SUBSAMPLING_MODES)}, got {subsampling!r}")
     Xt, yt = _as_tensors(X, y)
     n, d = Xt.shape
     B = int(batch_size)
@@ -326,6 +413,7 @@ def train_dpsgd_fil(
         eps_step = dp_accounting.get_epsilon_gaussian(sigma / (2 * kappa), delta)
         w = q / (q + (1 - q) * math.exp(-eps_step))
     clipped = _functions(model, C)
+    chunk = 64  # examples per exact-trace call in "expected" mode
     from torch.func import vmap
 
     per_ex_grad = vmap(clipped, in_dims=(None, 0, 0))
@@ -344,13 +432,16 @@ def train_dpsgd_fil(
             it = torch.from_numpy(idx)
             xb, yb = Xt[it], yt[it]
             detached = {k: v.detach() for k, v in params.items()}
-            if fil:
+            if fil and subsampling != "expected":
                 G, tr = _fil_probes(clipped, detached, xb, yb, int(probes), gen_t)
                 eta2[idx] += w * tr.double().numpy() / (d * (sigma * C) ** 2)
             else:
                 G = per_ex_grad(detached, xb, yb)
-            noise = torch.from_numpy(gaussian(sigma * C, p_total, gen_np)).to(G.dtype)
-            S = (G.sum(dim=0) + noise) / B
+            if fil and subsampling == "expected":  # every example, every step: q·I₁ with the exact trace
+                for c0 in range(0, n, chunk):
+                    tr = _exact_traces(clipped, detached, Xt[c0:c0 + chunk], yt[c0:c0 + chunk])
+                    eta2[c0:c0 + chunk] += q * tr.numpy() / (d * (sigma * C) ** 2)
+            S = torch.from_numpy(noisy_clipped_sum(G, kappa * C, sigma * C, gen_np) / B).to(G.dtype)
             with torch.no_grad():
                 off = 0
                 for k, shp, m in shapes:
@@ -382,5 +473,10 @@ def train_dpsgd_fil(
     config = {"n": n, "d": d, "params": p_total, "epochs": int(epochs), "batch_size": B, "lr": lr,
               "momentum": momentum, "weight_decay": weight_decay, "clip_norm": C, "noise_multiplier": sigma,
               "delta": delta, "probes": int(probes), "subsampling": subsampling, "subsampling_factor": w,
-              "soft_clip_kappa": kappa, "sampling": "uniform fixed-size batches, without replacement, per step"}
+              "soft_clip_kappa": kappa, "sampling": "uniform fixed-size batches, without replacement, per step",
+              "fil": None if not fil else ("bound per example along the trajectory: q·I₁ every step, exact trace"
+                                           if subsampling == "expected" else
+                                           "estimate: single draw of the batches, Hutchinson trace"),
+              "noise": "float-safe: clipped gradients rounded toward zero onto the discrete Gaussian's grid, "
+                       "exact lattice sum + exact discrete Gaussian (textdp.noise)"}
     return DPSGDResult(model, history, eta2, guarantee, config, seed_desc)

@@ -310,7 +310,10 @@ def dpsgd_cmd(
     noise_multiplier: float = typer.Option(1.0, "--noise-multiplier", "--sigma", help="Noise std / C."),
     delta: float = typer.Option(1e-5, "--delta"),
     probes: int = typer.Option(1, "--probes", help="Distinct Hutchinson probes per example per step."),
-    subsampling: str = typer.Option("convexity", "--subsampling", help="'convexity' (rigorous) or 'wmax' (official code)."),
+    subsampling: str = typer.Option("sampled", "--subsampling", help="FIL accounting: 'sampled' (an estimate: one "
+                                    "draw of the batches; ~37 % of examples show η = 0 after one epoch), 'expected' "
+                                    "(a per-example bound: q·I every step for every example, exact trace; slower) or "
+                                    "'wmax' (official code, heuristic)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="CSV of the per-epoch table."),
     overwrite: bool = opt_overwrite(),
     seed: Optional[int] = opt_seed(),
@@ -334,7 +337,10 @@ def dpsgd_cmd(
     _positive(clip, "--clip")
     _positive(noise_multiplier, "--noise-multiplier")
     _require(0 < delta < 1, f"--delta must be in (0, 1), got {delta:g}")
-    _require(subsampling in ("convexity", "wmax"), f"--subsampling must be 'convexity' or 'wmax', got {subsampling!r}")
+    if subsampling == "convexity":  # the old name of the estimate
+        subsampling = "sampled"
+    _require(subsampling in ("sampled", "expected", "wmax"),
+             f"--subsampling must be 'sampled', 'expected' or 'wmax', got {subsampling!r}")
     if output is not None:
         check_output_path(output, overwrite=overwrite)
     tf = text_features(dataset, kind=features, max_features=max_features, n_records=n_records or None)
@@ -371,8 +377,13 @@ def dpsgd_cmd(
                   f"{r.fil_bound_median:.3g}", f"{r.fil_bound_min:.3g}", f"{r.rdp_epsilon2:.3g}",
                   f"{r.epsilon:.3g}", f"{r.epsilon_opacus_add_remove:.3g}")
     _wide().print(t)
-    out_console.print("η: per-example Fisher information leakage (trace/dFIL, cumulative); MSE ≥: the unbiased "
-                      "per-coordinate reconstruction bound 1/η². ε: replace-one, per record, whole run. "
+    what = ("a per-example bound along this run's trajectory (every example charged q·I at every step, exact "
+            "trace)" if subsampling == "expected" else
+            "an ESTIMATE (one draw of the batches and Hutchinson probes; an example never sampled shows η = 0); "
+            "for a per-example bound use --subsampling expected")
+    out_console.print("η: per-example Fisher information leakage (trace/dFIL, cumulative), " + what + ". MSE ≥: the "
+                      "unbiased per-coordinate reconstruction bound 1/η². ε: replace-one, per record, whole run; the "
+                      "noise is float-safe (exact lattice sum + discrete Gaussian). "
                       "Per-example η values depend on the data: keep them private.")
 
 
