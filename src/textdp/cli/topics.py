@@ -102,7 +102,8 @@ def _print_warnings(warnings: list[str]) -> None:
     from rich.markup import escape
 
     for w in warnings:
-        err_console.print(f"[bold yellow]WARNING (not covered by the guarantee):[/] {escape(w)}", highlight=False)
+        err_console.print(f"[bold yellow]WARNING (not covered by the guarantee):[/] {escape(w)}", highlight=False,
+                          soft_wrap=True)
 
 
 def _print_private(corpus, extra: str = "") -> None:
@@ -111,7 +112,7 @@ def _print_private(corpus, extra: str = "") -> None:
     share = f" ({100.0 * corpus.oov_tokens / tot:.1f} %)" if tot else ""
     err_console.print(f"private (curator only, not in the release): {corpus.n_docs} documents, {corpus.n_tokens} "
                       f"tokens in the vocabulary, {corpus.oov_tokens} tokens outside it dropped{share}, "
-                      f"{corpus.skipped_docs} empty documents{extra}", highlight=False, markup=False)
+                      f"{corpus.skipped_docs} empty documents{extra}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _sweep_bar(quiet: bool, total: int):
