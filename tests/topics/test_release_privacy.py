@@ -267,7 +267,7 @@ def test_cli_vocabulary_file_checked_before_any_work(neighbours, tmp_path):
              "--ledger-dir", tmp_path / "ledgers")
     assert r.exit_code == 2 and "vocabulary file" in r.output and not (tmp_path / "m").exists()
     assert not (tmp_path / "ledgers").exists()
-    r = _run("topics", "train", a, "--k", 3, "-i", 2, "--min-count", 3, "-o", tmp_path / "m", "--no-ledger", "-q")
+    r = _run("topics", "train", a, "--k", 3, "-i", 2, "--min-count", 3, "-o", tmp_path / "m", "--no-ledger")
     assert r.exit_code == 0 and "--min-count selects words of a corpus vocabulary only" in " ".join(r.output.split())
 
 

@@ -72,12 +72,13 @@ VOCABULARY_HELP = ("public (default: the shipped public list wordfreq-en-20k, th
                    "UNPROTECTED, the guarantee does not cover it).")
 
 
-def _check_vocabulary_options(min_count: Optional[int], max_vocab: Optional[int], vocabulary: str = "corpus"):
+def _check_vocabulary_options(min_count: Optional[int], max_vocab: Optional[int], vocabulary: str = "corpus",
+                              quiet: bool = False):
     """--vocabulary, --min-count and --max-vocab, before any text is read or budget reserved.
 
     Returns the :class:`textdp.topics.vocabulary.Vocabulary` for ``public`` or a FILE (the file is read
     and checked here), None for ``corpus``. --min-count applies to ``corpus`` only; given with another
-    vocabulary it is ignored with a note on stderr.
+    vocabulary it is ignored with a note on stderr (not with ``quiet``).
     """
     from textdp.errors import ParameterError
 
@@ -87,7 +88,7 @@ def _check_vocabulary_options(min_count: Optional[int], max_vocab: Optional[int]
         raise ParameterError(f"--max-vocab must be at least 2 (a topic model needs several words), got {max_vocab}")
     if vocabulary == "corpus":
         return None
-    if min_count is not None:
+    if min_count is not None and not quiet:
         err_console.print("note: --min-count selects words of a corpus vocabulary only (--vocabulary corpus); "
                           f"ignored with --vocabulary {vocabulary}", highlight=False, markup=False)
     from textdp.topics.vocabulary import public_vocabulary, read_vocabulary
@@ -182,7 +183,7 @@ def train_command(
         raise ParameterError(f"unknown --privacy {privacy!r}; choose none, hdp, lp or olp")
     if top < 1:
         raise ParameterError(f"--top must be at least 1, got {top}")
-    vocab = _check_vocabulary_options(min_count, max_vocab, vocabulary)
+    vocab = _check_vocabulary_options(min_count, max_vocab, vocabulary, quiet)
     kw = dict(n_topics=k, alpha=alpha, beta=beta, iterations=iterations, seed=seed, ll_every=1)
     if privacy == "none":
         if epsilon is not None or flip is not None:
@@ -213,6 +214,10 @@ def train_command(
         led = Ledger(input if Path(input).exists() else name, ledger_dir)
         # reserve before training (refused -> nothing is done); closed by the release or cancelled
         reservation = led.reserve(trainer.guarantee, command=f"topics train --privacy {privacy}", force=force)
+        if force:  # a refusal overridden: one warning line on stderr (the ledger entry records it)
+            from textdp.cli.budget import announce_forced
+
+            announce_forced(led, reservation)
     try:
         return _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy, prior_corpus,
                                   text_column, vocab, min_count, max_vocab, iterations, batch_size, quiet,
@@ -497,7 +502,7 @@ def tradeoff_command(
     method_params = {"hdp": {"sweeps_per_release": sweeps_per_release, "max_doc_length": max_doc_length},
                      "olp": {"batch_size": batch_size}}
     check_runs(eps, meths, method_params, n_topics=k, alpha=alpha, beta=beta, iterations=iterations)  # no work yet
-    vocab = _check_vocabulary_options(min_count, max_vocab, vocabulary)
+    vocab = _check_vocabulary_options(min_count, max_vocab, vocabulary, quiet)
     from textdp.topics.tradeoff import plot_format
 
     fmt = plot_format(output)  # an unsupported suffix fails before any work
