@@ -128,3 +128,16 @@ def test_literal_inverse_cdf_formula_has_the_law_of_numpy_laplace():
     b = make_rng(2).laplace(0.0, 1.0, N)
     assert stats.ks_2samp(a, b).pvalue > ALPHA
     assert stats.kstest(a, stats.laplace().cdf).pvalue > ALPHA
+
+
+def test_float_samplers_are_labelled_not_float_safe():
+    # issue 12: the float `laplace` passes the bit audit as an ideal law, but its float outputs are not ε-DP
+    from textdp.mechanisms.registry import registry
+    from textdp.mechanisms.zoo import ZOO
+
+    safe = {name for name, cls in ZOO.items() if cls(1.0, 1).float_safe}
+    assert safe == {"copy", "random", "laplace-secure"}
+    lap = ZOO["laplace"](1.0, 2)
+    assert not lap.float_safe and "not float-safe" in lap.describe()["float_note"]
+    assert "not-float-safe" in registry()["audit.laplace"].tags
+    assert "not-float-safe" not in registry()["audit.laplace-secure"].tags

@@ -63,6 +63,18 @@ def _cell_text(c, fmt) -> str:
     return s
 
 
+def _print_float_notes(names) -> None:
+    """One line per audited zoo mechanism that is not float-safe: its 'ok' is about the ideal law only."""
+    from textdp.mechanisms.zoo import ZOO
+
+    for m in dict.fromkeys(names):
+        cls = ZOO.get(m)
+        probe = cls(1.0, 1) if cls is not None else None
+        if probe is not None and not probe.float_safe:
+            out_console.print(f"{m}: {probe.float_note}; an 'ok' here is about that ideal law, not its float outputs.",
+                              highlight=False, markup=False)
+
+
 def _print_cells(cells, alpha: float) -> None:
     from rich import box
 
@@ -85,6 +97,7 @@ def _print_cells(cells, alpha: float) -> None:
     _wide().print(t)
     out_console.print("ok = not refuted at this confidence (an audit can refute a DP claim, never certify one); "
                       "red = a lower bound above the claimed ε", highlight=False)
+    _print_float_notes(c.mechanism for c in cells)
 
 
 def _print_grid(result) -> None:
@@ -108,6 +121,7 @@ def _print_grid(result) -> None:
             t.add_row(f"{e:g}", *[_cell_text(row[d], fmt) if d in row else "" for d in dims])
         _wide().print(t)
     out_console.print(summary_text(result), highlight=False)
+    _print_float_notes(mechs)
 
 
 def register(app: typer.Typer) -> None:

@@ -18,7 +18,8 @@ name                      output per coordinate                                 
 ========================  =====================================================  =========================
 ``copy``                  ``x`` unchanged                                        none (NoPrivacy)
 ``random``                fair random bit, independent of ``x``                  ε-DP (true: 0-DP)
-``laplace``               ``x + b·L``, ``L ~ Laplace(0,1)``, ``b = n/ε``         ε-DP (correct)
+``laplace``               ``x + b·L``, ``L ~ Laplace(0,1)``, ``b = n/ε``         ε-DP for the ideal real law;
+                          (float inverse-CDF sampler: NOT float-safe)            its float outputs are not
 ``adept``                 ``x + b·L`` with ``b = 1/ε`` whatever ``n`` (BROKEN)   ε-DP (false for n ≥ 2)
 ``dptext``                ``x + b·T``, ``T = −sgn(U)ln(1−2|U|)``, ``U~U(0,1)``,  ε-DP (false for every ε)
                           NaN → 0, ``b = n/ε`` (BROKEN)
@@ -28,6 +29,15 @@ name                      output per coordinate                                 
 
 The broken replicas exist to be caught by :mod:`textdp.audit`; do not use them
 for anything else.
+
+Float safety (``float_safe``): every mechanism here except ``copy``, ``random`` and
+``laplace-secure`` adds textbook floating-point noise. Its *ideal* real-valued law has the
+stated guarantee, but the float outputs do not: the low-order bits of ``x + b·L`` depend on
+``x`` (Mironov 2012), and a low-bit attack separates the outputs of neighbouring inputs,
+so the privacy loss of the float implementation is unbounded. The audit's bit statistic
+(a coordinate ``>= 0.5``) cannot see this, so ``laplace`` passes the audit *as a model of
+the ideal law*; ``float_safe = False`` and ``float_note`` say so in the registry, the
+audit's output and docs/audit.md. Only ``laplace-secure`` is a release mechanism.
 
 Sufficient statistic (the audit's fast path): for all of these mechanisms the
 coordinates of one output are independent given the input, so on the
@@ -83,6 +93,10 @@ def _as_records(x: np.ndarray, n: int) -> np.ndarray:
     return x
 
 
+_FLOAT_NOTE = ("not float-safe: textbook floating-point noise, whose low-order bits separate the outputs of "
+               "neighbouring inputs (Mironov 2012); the guarantee holds for the ideal real-valued law only")
+
+
 @dataclass
 class ZooMechanism:
     """Base class: a per-coordinate mechanism on ``(N, n)`` float64 records.
@@ -97,6 +111,10 @@ class ZooMechanism:
     name: str = field(default="", init=False)
     broken: bool = field(default=False, init=False)
     reason: str = field(default="", init=False)
+    #: False when the outputs are textbook float noise: the ideal law's guarantee does not hold
+    #: for the float values (the low-order bits separate neighbouring inputs, Mironov 2012)
+    float_safe: bool = field(default=False, init=False)
+    float_note: str = field(default=_FLOAT_NOTE, init=False)
 
     def __post_init__(self):
         self.epsilon, self.n = _check_eps_n(self.epsilon, self.n)
@@ -115,7 +133,8 @@ class ZooMechanism:
 
     def describe(self) -> dict:
         return {"name": self.name, "epsilon": self.epsilon, "n": self.n, "broken": self.broken,
-                "reason": self.reason, "guarantee": self.guarantee.to_dict()}
+                "reason": self.reason, "float_safe": self.float_safe, "float_note": self.float_note,
+                "guarantee": self.guarantee.to_dict()}
 
 
 @dataclass
@@ -125,6 +144,8 @@ class CopyMechanism(ZooMechanism):
     def __post_init__(self):
         super().__post_init__()
         self.name = "copy"
+        self.float_safe = True
+        self.float_note = "float-safe: no noise (outputs the input; no privacy claimed)"
         self.reason = "releases the input unchanged (no privacy at all)"
 
     @property
@@ -145,6 +166,8 @@ class RandomMechanism(ZooMechanism):
     def __post_init__(self):
         super().__post_init__()
         self.name = "random"
+        self.float_safe = True
+        self.float_note = "float-safe: outputs fair random bits, independent of the input"
 
     def __call__(self, x, rng):
         x = _as_records(x, self.n)
@@ -169,15 +192,17 @@ def _inverse_cdf_laplace(shape, rng: np.random.Generator) -> np.ndarray:
 
 @dataclass
 class LaplaceMechanism(ZooMechanism):
-    """The correct Laplace mechanism: ``x + Laplace(0, b)`` per coordinate, ``b = n/ε``
+    """The Laplace mechanism, correct for its ideal real-valued law and NOT float-safe:
+    ``x + Laplace(0, b)`` per coordinate, ``b = n/ε``
     (L1 sensitivity of the identity on ``[0,1]^n`` is ``n``; Dwork & Roth 2014, Thm 3.6).
 
     The noise is the textbook float inverse-CDF sampler of the paper (numpy's
     ``Generator.laplace``, which computes ``±b·ln(2U)`` from one uniform, the same law as the
     official code's ``−sgn(U−½)·ln(1−2|U−½|)``; :func:`_inverse_cdf_laplace` is that literal
     formula, used by the tests). A faithful replica for the sanity check, not a release
-    mechanism: floating-point Laplace leaks through its low-order bits (Mironov 2012).
-    textdp's release primitive is ``laplace-secure``.
+    mechanism: floating-point Laplace leaks through its low-order bits (Mironov 2012), and a
+    low-bit attack separates its outputs for neighbouring inputs, so the float mechanism is
+    not ε-DP (``float_safe = False``). textdp's release primitive is ``laplace-secure``.
 
     Bit probability: a coordinate of ``0 + bL`` is ``>= 0.5`` with probability
     ``q = ½·exp(−1/(2b))``; a coordinate of ``1 + bL`` with ``1 − q``.
@@ -290,6 +315,8 @@ class SecureLaplaceMechanism(ZooMechanism):
     def __post_init__(self):
         super().__post_init__()
         self.name = "laplace-secure"
+        self.float_safe = True
+        self.float_note = "float-safe: exact discrete Laplace on a power-of-two grid (textdp.noise)"
 
     def __call__(self, x, rng):
         x = _as_records(x, self.n)
@@ -349,7 +376,7 @@ def _factory(cls):
 _DESCRIPTIONS = {
     "copy": "identity (no privacy; audit baseline)",
     "random": "fair random bits (0-DP; audit baseline)",
-    "laplace": "correct Laplace mechanism on [0,1]^n, scale n/ε",
+    "laplace": "Laplace mechanism on [0,1]^n, scale n/ε: ε-DP as an ideal law, NOT float-safe (float sampler)",
     "adept": "ADePT-style Laplace, scale 1/ε ignoring n (BROKEN replica)",
     "dptext": "DPText reparametrised Laplace with U~U(0,1) (BROKEN replica)",
     "wrong-sensitivity": "½·(x + Laplace(n/ε)) from the official code (ε-DP by post-processing)",
@@ -365,6 +392,7 @@ for _name, _cls in ZOO.items():
         description=_DESCRIPTIONS[_name],
         broken=_probe.broken,
         reason=_probe.reason,
-        tags=("zoo", "habernal2022") + (("no-privacy",) if _name == "copy" else ()),
+        tags=("zoo", "habernal2022") + (("no-privacy",) if _name == "copy" else ())
+             + (() if _probe.float_safe else ("not-float-safe",)),
     ))
 del _name, _cls, _probe
