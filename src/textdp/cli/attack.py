@@ -111,7 +111,8 @@ def invert(
         t = report.card["targets"]
         lines = [f"dataset {report.card['dataset']}: {report.card['sizes']}"]
         for d, info in t.items():
-            eps = f", epsilon {info['epsilon_spent']:.2f} (delta {info['delta']:.1e})" if d == "dpsgd" else ""
+            eps = (f", epsilon {info['epsilon_spent']:.2f} (delta {info['delta']:.1e}); "
+                   f"{info.get('noise', '')}" if d == "dpsgd" else "")
             lines.append(f"target[{d}]: train acc {info['train_acc']:.3f}, held-out acc {info['heldout_acc']:.3f}{eps}")
         e = report.card["evaluator"]
         lines.append(f"evaluator: private acc {e['private_acc']:.3f}, held-out acc {e['heldout_acc']:.3f}")
