@@ -254,6 +254,10 @@ def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy
     with bar:
         model = trainer.fit(corpus, callback=cb)
     model.info["input"] = name
+    reason = led.forced_reason(reservation) if led is not None else None
+    if reason is not None:  # --force overrode a refusal: the saved card (and the ledger's copy) state it
+        plain_card = model.card
+        model.card = lambda output=None: {**plain_card(output), "forced": True, "forced_reason": reason}
     model.save(out, overwrite=overwrite, inputs=in_paths)
     entry = None
     if led is not None:
