@@ -189,7 +189,7 @@ def show(
     if L is not None:
         cols.append(f"worst case ε per document ({L} tokens)")
     for c in cols:
-        t.add_column(c)
+        t.add_column(c, no_wrap=c == "currency")
     for key, g in summary["groups"].items():
         spent = f"ε {_fmt(g['epsilon'])}" + (f", ε₀ {_fmt(g['epsilon0'])}" if "epsilon0" in g else
                                              (f", δ {_fmt(g['delta'])}" if g.get("delta") else ""))
