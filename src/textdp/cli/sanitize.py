@@ -43,12 +43,17 @@ def sanitize_command(
                                       "that is sensitive, in [0,1] (default 0.9)."),
     p: Optional[float] = typer.Option(None, "--p", help="SanText+: probability that a non-sensitive word is "
                                       "resampled, in [0,1] (default 0.3)."),
-    frequencies: Optional[str] = typer.Option(None, "--frequencies", help="SanText+: word frequencies from "
-                                              "the 'corpus' (default) or 'wordfreq'."),
+    frequencies: Optional[str] = typer.Option(None, "--frequencies", help="SanText+: how the sensitive set is "
+                                              "ranked: 'public' (default: the output vocabulary's public frequency "
+                                              "order), 'wordfreq', or 'corpus' (the paper's choice: corpus counts "
+                                              "are then released UNPROTECTED)."),
     embeddings: str = typer.Option("glove-6b-50d", "--embeddings", help="glove-6b-50d | minilm | a GloVe/"
                                    "word2vec text file | a local Hugging Face model folder."),
-    output_vocabulary: str = typer.Option("corpus", "--output-vocabulary", help="corpus (words of the input "
-                                          "that have embeddings) | full (the whole embedding vocabulary)."),
+    output_vocabulary: str = typer.Option("public", "--output-vocabulary", help="public (default: a shipped "
+                                          "public word list, e.g. the 30,000 most frequent GloVe words) | full "
+                                          "(the whole embedding table) | FILE (your public list, one word per "
+                                          "line) | corpus (the paper's choice: which words occur in the input is "
+                                          "then released UNPROTECTED)."),
     oov: str = typer.Option("uniform", "--oov", help="Tokens without an embedding: uniform (random word, "
                             "input-independent) | unk | drop | keep (released UNPROTECTED)."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column holding the text "
@@ -96,7 +101,7 @@ def sanitize_command(
     kwargs = dict(output_vocabulary=output_vocabulary, oov=oov, rng=seed, block_bytes=int(block_mb * 2**20))
     if mech_name in ("santext+", "santextplus", "santext-plus"):
         kwargs.update(w=0.9 if w is None else w, p=0.3 if p is None else p,
-                      frequencies=frequencies or "corpus")
+                      frequencies=frequencies or "public")
     else:
         kwargs.update(w=w, p=p, frequencies=frequencies)
 
@@ -176,22 +181,39 @@ def sanitize_command(
         raise
     total_s = time.perf_counter() - t0
     warnings = json.loads(Path(card_file).read_text(encoding="utf-8")).get("warnings") or []
+    private_warnings = []  # depend on the private data: the curator's terminal only, never the card
+    if stats.tokens and stats.oov_tokens / stats.tokens > OOV_WARNING_SHARE:
+        private_warnings.append(
+            f"{stats.oov_tokens / stats.tokens:.0%} of the tokens have no embedding in {mech.embeddings.source} "
+            f"(handled by --oov {mech.oov}): check that the embeddings match the text's language, casing and "
+            "tokenization")
+    if mech.output_vocabulary == "corpus" and len(mech.output_rows) < 100:
+        private_warnings.append(f"the output vocabulary has only {len(mech.output_rows)} words (--output-vocabulary "
+                                "corpus on a small input): most tokens can only come back as themselves or a few "
+                                "others; use the public vocabulary")
     summary = {
         "input": input, "output": str(out), "card": str(card_file), "mechanism": mech.name,
-        "guarantee": mech.guarantee.describe(), "documents": stats.documents, "tokens": stats.tokens,
-        "changed_tokens": stats.changed_tokens, "share_changed": round(stats.share_changed, 4),
-        "oov_tokens": stats.oov_tokens, "oov_policy": stats.oov_policy,
+        "guarantee": mech.guarantee.describe(), "worst_case_epsilon_per_token": mech.guarantee.worst_case_epsilon,
+        "output_vocabulary": mech.output_vocabulary_info(),
+        "private": {  # exact statistics of the private input: for the curator, not in the card
+            "note": "exact statistics of the private input: not in the card; do not publish",
+            "documents": stats.documents, "tokens": stats.tokens,
+            "changed_tokens": stats.changed_tokens, "share_changed": round(stats.share_changed, 4),
+            "oov_tokens": stats.oov_tokens, "oov_policy": stats.oov_policy,
+            "warnings": private_warnings,
+        },
         "seconds_total": round(total_s, 3), "seconds_sanitizing": round(stats.seconds, 3),
         "tokens_per_second": round(stats.tokens / stats.seconds) if stats.seconds > 0 else None,
         "seeded": seed is not None,
         "warnings": warnings,
     }
-    if not quiet:  # the card's warnings, except the standing note on the corpus output vocabulary
+    if not quiet:  # every card warning (the corpus-vocabulary statement included), then the private ones
         from textdp.cli._common import err_console
 
         for w in warnings:
-            if not w.startswith("the output vocabulary is the set of input words"):
-                err_console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False, soft_wrap=True)
+            err_console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False, soft_wrap=True)
+        for w in private_warnings:
+            err_console.print(f"[yellow]warning (private):[/] {esc(w)}", highlight=False, soft_wrap=True)
     if json_out:
         from textdp.cli._common import print_json
 
@@ -221,7 +243,6 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
         def chunks():
             for s in range(0, len(frame), chunk_size):
                 yield frame.iloc[s : s + chunk_size].copy(), col
-        source = {"dataset": input, "split": split, "package": ds.source}
     else:
         def chunks():
             left = limit
@@ -232,7 +253,6 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
                     df = df.head(left)
                     left -= len(df)
                 yield df, c
-        source = {"file": str(input), "format": io.detect_format(input)}
 
     with make_progress(quiet=quiet) as bar:
         task = bar.add_task("counting the vocabulary", total=None)
@@ -260,7 +280,7 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
             old_card = None
         try:
             with io.TableWriter(out, text_column=col) as writer:
-                stats, new_card = _sanitize_into(writer, chunks, mech, bar, san, task, total_tokens, source,
+                stats, new_card = _sanitize_into(writer, chunks, mech, bar, san, task, total_tokens,
                                                  out, chunk_size, privacy_statistics, build_card, write_card)
         except BaseException:
             # the table's final rename failed (or was interrupted) after the card was written:
@@ -284,26 +304,23 @@ def _identity(path):
     return st.st_ino, st.st_mtime_ns
 
 
-def _sanitize_into(writer, chunks, mech, bar, san, task, total_tokens, source, out, chunk_size,
+def _sanitize_into(writer, chunks, mech, bar, san, task, total_tokens, out, chunk_size,
                    privacy_statistics, build_card, write_card):
     """Pass 2: sanitize chunk by chunk into the open table ``writer``, then write the card;
     returns ``(stats, card_file)``."""
     stats = None
+    mech.begin_release()  # one key for the whole file; each document draws from its own keyed streams
+    first = 0
     for df, col in chunks():
-        texts, st = mech.sanitize_with_stats(df[col].tolist(),
-                                             progress=lambda k: bar.advance(san, k))
+        texts, st = mech.sanitize_with_stats(df[col].tolist(), progress=lambda k: bar.advance(san, k),
+                                             first_record=first)
+        first += len(df)
         df[col] = texts
         writer.write(df)
         stats = st if stats is None else stats.merge(st)
     bar.update(san, completed=total_tokens)
-    bar.update(task, description="privacy card")
-    card = _card(mech, stats, source, out, privacy_statistics, build_card)
-    if isinstance(card.get("randomness"), dict) and card["randomness"].get("seeded"):
-        # the random streams are drawn per chunk and per block of words: a seeded run is
-        # reproduced by the same seed AND these settings (and the same input, textdp version)
-        card["randomness"]["reproduce_with"] = {
-            "chunk_size": int(chunk_size), "block_bytes": int(getattr(mech, "block_bytes", 0)) or None,
-            "note": "same --seed, --chunk-size and --block-size, same input and textdp version"}
+    bar.update(task, description="writing the privacy card")
+    card = _card(mech, out, privacy_statistics, build_card)
     return stats, write_card(card, out, overwrite=True)
 
 
@@ -311,30 +328,40 @@ def _sanitize_into(writer, chunks, mech, bar, san, task, total_tokens, source, o
 OOV_WARNING_SHARE = 0.2
 
 
-def _card(mech, stats, source, out, privacy_statistics, build_card) -> dict:
+def card_warnings(mech) -> list[str]:
+    """The card's warnings: statements that follow from the parameters alone (never from the data)."""
     g = mech.guarantee
-    mean_len = stats.tokens / stats.documents if stats.documents else 0.0
-    statistics = privacy_statistics(mech, mean_document_tokens=mean_len,
-                                    max_document_tokens=stats.max_document_tokens)
-    statistics["run"] = stats.to_dict()
-    vocab = {"embedding_vocabulary": len(mech.embeddings), "output_vocabulary": int(len(mech.output_rows)),
-             "distinct_input_words_fitted": int((mech._fitted.counts > 0).sum())}
-    if hasattr(mech, "sensitive_rows"):
-        vocab["sensitive_words"] = int(len(mech.sensitive_rows))
     warnings = []
-    if mech.oov == "keep" and stats.oov_tokens:
-        warnings.append(f"{stats.oov_tokens} out-of-vocabulary tokens were released unchanged (--oov keep): "
-                        "they have NO privacy protection")
-    if stats.tokens and stats.oov_tokens / stats.tokens > OOV_WARNING_SHARE:
-        warnings.append(f"{stats.oov_tokens / stats.tokens:.0%} of the tokens have no embedding in "
-                        f"{mech.embeddings.source} (handled by --oov {mech.oov}): check that the embeddings match "
-                        "the text's language, casing and tokenization")
+    if mech.oov == "keep":
+        warnings.append("out-of-vocabulary tokens are released unchanged (--oov keep): they have NO privacy "
+                        "protection")
+    elif mech.oov in ("unk", "drop"):
+        warnings.append(f"--oov {mech.oov}: whether a token has an embedding is released (its position "
+                        f"{'holds the unk token' if mech.oov == 'unk' else 'is removed'}): outside every guarantee")
     if g.kind == "umldp" and math.isinf(getattr(g, "epsilon0", 0.0)):
         warnings.append("p = 0: non-sensitive words are always released unchanged, so epsilon0 is infinite "
                         "and SanText+ gives NO guarantee for them; use p > 0 for a finite epsilon0 = ln(1/p)")
     if mech.output_vocabulary == "corpus":
-        warnings.append("the output vocabulary is the set of input words that have embeddings (the paper's "
-                        "choice): which words occur in the corpus is not protected")
+        from textdp.sanitize.mechanisms import CORPUS_VOCABULARY_WARNING
+
+        warnings.append(CORPUS_VOCABULARY_WARNING)
+    if getattr(mech, "frequencies", None) == "corpus":
+        from textdp.sanitize.mechanisms import CORPUS_FREQUENCIES_WARNING
+
+        warnings.append(CORPUS_FREQUENCIES_WARNING)
+    if mech.name == "fbdd":
+        warnings.append("FBDD draws continuous noise in floating point: its clipping is charged in epsilon0, "
+                        "its discretisation is not accounted (the uniform share eta bounds every per-token "
+                        "log-ratio by worst_case_epsilon)")
+    return warnings
+
+
+def _card(mech, out, privacy_statistics, build_card) -> dict:
+    """The privacy card: parameters, the guarantee and facts computed from public data only
+    (issue 12: no count, size, length, hash or name of the private input; those are printed
+    to the curator's terminal, marked private, and the ledger keeps the input's hash)."""
+    g = mech.guarantee
+    statistics = privacy_statistics(mech)
     return build_card(
         mechanism=mech.name,
         parameters=mech.parameters(),
@@ -344,22 +371,28 @@ def _card(mech, stats, source, out, privacy_statistics, build_card) -> dict:
                        "P[M(x)=y] <= exp(eps*d(x,x')) P[M(x')=y]",
             "per_document": "tokens are sanitized independently; two documents of equal length L are "
                             "eps*sum_i d(x_i,x'_i)-indistinguishable" +
-                            (" (+ L*eps0 for SanText+)" if g.kind == "umldp" else ""),
+                            (" (+ L*eps0)" if getattr(g, "epsilon0", 0) else ""),
             "neighbours": "replace one token (per-token guarantee); replace tokens position-wise (document)",
             "epsilon0": ("additive per-token term: P[M(x)=y] <= exp(eps*d(x,x') + epsilon0) P[M(x')=y]; for "
                          "santext it is the accounted cost of float-safe sampling (integer weights with a uniform "
-                         "share eta, float64 distances), for santext+ ln(1/p) plus that cost")
+                         "share eta, float64 distances), for santext+ ln(1/p) plus that cost, for fbdd the "
+                         "accounted clipping of its float noise")
             if g.kind in ("metric-dp", "umldp") and getattr(g, "epsilon0", 0) else None,
+            "worst_case_epsilon": "plain DP per token: the largest log-ratio of the mechanism's channel over every "
+                                  "pair of accepted inputs (out-of-vocabulary tokens included); L times it per "
+                                  "document of L tokens",
         }),
-        data={**source, "documents": stats.documents, "tokens": stats.tokens,
-              "oov_tokens": stats.oov_tokens, "oov_policy": mech.oov,
-              "embeddings": mech.embeddings.describe(), "vocabulary": vocab,
-              "detokenization": "token spans replaced in place, whitespace kept (word vocabularies); "
-                                "WordPieces joined (## glued) for BERT vocabularies"},
+        data={"embeddings": mech.embeddings.describe(), "output_vocabulary": mech.output_vocabulary_info(),
+              "detokenization": "token spans replaced in place, whitespace kept; tokens that touch in the input "
+                                "stay glued only where the OUTPUT tokens read well glued (punctuation, clitics), "
+                                "never depending on whether a token was kept (word vocabularies); WordPieces "
+                                "joined (## glued) for BERT vocabularies; text normalised to Unicode NFC",
+              "not_in_this_card": "no statistic of the private input (counts, lengths, vocabulary, file name or "
+                                  "hash): those are the curator's (terminal, budget ledger)"},
         randomness=mech.seed_info,
         statistics=statistics,
-        output=out,
-        warnings=warnings,
+        output=Path(out).name,
+        warnings=card_warnings(mech),
         paper="Yue et al., Findings of ACL 2021 (SanText/SanText+); Feyisetan et al., WSDM 2020 (FBDD)",
     )
 
@@ -373,9 +406,19 @@ def _print_summary(s: dict, seed) -> None:
 
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_row("mechanism", esc(f"{s['mechanism']}: {s['guarantee']}"))
-    t.add_row("documents", f"{s['documents']:,}")
-    t.add_row("tokens", f"{s['tokens']:,} ({s['share_changed']:.1%} changed; {s['oov_tokens']:,} without "
-                        f"embedding, policy '{s['oov_policy']}')")
+    wc = s["worst_case_epsilon_per_token"]
+    t.add_row("worst case", "unbounded (see the warnings)" if wc is None or math.isinf(wc) else
+              f"{wc:.4g} plain DP per token (largest log-ratio over all accepted inputs)")
+    v = s["output_vocabulary"]
+    if v["kind"] == "corpus":
+        vtext = "corpus (which words occur in the input is NOT protected)"
+    else:
+        vtext = f"{v.get('name', v['kind'])} ({v.get('size', 0):,} words)"
+    t.add_row("output vocab", esc(vtext))
+    p = s["private"]
+    t.add_row("private", f"{p['documents']:,} documents, {p['tokens']:,} tokens ({p['share_changed']:.1%} changed; "
+                         f"{p['oov_tokens']:,} without embedding, policy '{p['oov_policy']}'): curator only, "
+                         "not in the card")
     tps = f"{s['tokens_per_second']:,} tokens/s" if s["tokens_per_second"] else ""
     t.add_row("time", f"{s['seconds_total']:.2f} s total, {s['seconds_sanitizing']:.2f} s sanitizing ({tps})")
     t.add_row("output", esc(str(s["output"])))

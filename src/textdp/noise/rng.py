@@ -1,9 +1,13 @@
 """Random generators for DP noise.
 
 Default: a cryptographically secure generator, ChaCha20 (``randomgen.ChaCha`` with
-20 rounds) keyed from the operating system's entropy source (:mod:`secrets`),
-wrapped in a :class:`numpy.random.Generator` so that every vectorised numpy
-sampler can draw from it in bulk.
+20 rounds) whose 256-bit key is taken directly from the operating system's entropy
+source (:func:`secrets.randbits`; not through ``numpy.random.SeedSequence``, whose
+pool holds at most 128 bits), wrapped in a :class:`numpy.random.Generator` so that
+every vectorised numpy sampler can draw from it in bulk. Child generators
+(:meth:`RandomSource.spawn`) are keyed by SHA-256 of the parent key and the child's
+index. Token sanitizers draw through per-record keyed streams instead
+(:mod:`textdp.noise.keyed`).
 
 Seeded mode: ``seed=<int>`` keys the same ChaCha20 stream from
 ``numpy.random.SeedSequence(seed)``. The output is reproducible, which is what a
@@ -19,8 +23,9 @@ The global numpy state (``np.random.seed``, ``np.random.laplace`` ...) is never 
 
 from __future__ import annotations
 
+import hashlib
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,24 +46,40 @@ def _bitgen(seq: np.random.SeedSequence) -> np.random.BitGenerator:
     return np.random.PCG64(seq)  # pragma: no cover
 
 
+def _keyed(key: int) -> np.random.Generator:
+    if _ChaCha is not None:
+        return np.random.Generator(_ChaCha(key=key, rounds=20))
+    return np.random.Generator(np.random.PCG64(key))  # pragma: no cover
+
+
 @dataclass(frozen=True)
 class RandomSource:
-    """A seed sequence plus whether it came from a user seed.
+    """A seed sequence (seeded runs) or a 256-bit key (secure runs), and whether it came from a
+    user seed.
 
-    ``seed_sequence`` is the root every generator of a run is derived from;
-    ``seeded`` tells cards whether the run is reproducible (not for release).
+    ``seed_sequence`` is the root of a seeded run; ``key`` the OS-drawn 256-bit ChaCha20 key
+    of a secure run (never written anywhere: ``repr`` hides it); ``seeded`` tells cards
+    whether the run is reproducible (not for release).
     """
 
-    seed_sequence: np.random.SeedSequence
+    seed_sequence: np.random.SeedSequence | None
     seeded: bool
     seed: int | None = None
+    key: int | None = field(default=None, repr=False)
 
     def generator(self) -> np.random.Generator:
         """A generator on the root stream."""
+        if self.key is not None:
+            return _keyed(self.key)
         return np.random.Generator(_bitgen(self.seed_sequence))
 
     def spawn(self, n: int) -> list[np.random.Generator]:
-        """``n`` independent generators for parallel workers (SeedSequence.spawn)."""
+        """``n`` independent generators for parallel workers (SeedSequence.spawn when seeded;
+        keys SHA-256(key, i) otherwise)."""
+        if self.key is not None:
+            kb = self.key.to_bytes(32, "little")
+            return [_keyed(int.from_bytes(hashlib.sha256(b"textdp/spawn/v1\x00" + kb + i.to_bytes(8, "little"))
+                                          .digest(), "little")) for i in range(int(n))]
         return [np.random.Generator(_bitgen(s)) for s in self.seed_sequence.spawn(n)]
 
     def describe(self) -> dict:
@@ -79,7 +100,7 @@ def random_source(seed: int | None = None) -> RandomSource:
     from textdp.errors import ParameterError
 
     if seed is None:
-        return RandomSource(np.random.SeedSequence(secrets.randbits(256)), seeded=False)
+        return RandomSource(None, seeded=False, key=secrets.randbits(256))
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ParameterError(f"seed must be a non-negative integer, got {seed!r}")
     return RandomSource(np.random.SeedSequence(int(seed)), seeded=True, seed=int(seed))

@@ -6,12 +6,21 @@ Detokenization rule (what a sanitized document looks like):
   separator / token pieces (:meth:`textdp.data.tokenize.WordTokenizer.split`);
   every token piece is replaced by its sanitized token and the pieces are joined
   again, so whitespace and line layout are kept and only tokens change. Where two
-  tokens touch in the input (``class.``, ``don't`` = ``do`` + ``n't``) and either
-  is replaced, a single space is put between them so sanitized words never glue.
+  tokens touch in the input (``class.``, ``don't`` = ``do`` + ``n't``), the output
+  keeps them touching when the OUTPUT tokens read well glued (:func:`glue`: the right
+  one is closing punctuation or a clitic such as ``n't``/``'s``, or the left one is
+  opening punctuation, or either is a bare quote) and puts one space between them
+  otherwise. The rule looks only at the input's separators and the output tokens,
+  never at whether a token was kept (issue 12: a rule keyed on "replaced" made a
+  glued ``film.`` disclose that both tokens were kept), so it is post-processing of
+  the sampled tokens and the input layout.
   Sanitized tokens are vocabulary entries, i.e. lower-cased for GloVe 6B (the
   input's capitalisation is not carried over: it would leak information).
   A dropped token (``oov="drop"``) disappears together with the separator in
-  front of it.
+  front of it (whether a token has an embedding is then released: cards say so).
+  Texts are normalised to Unicode NFC before tokenizing (decomposed accents would
+  otherwise split words into fragments and bare combining marks), so the output
+  is NFC text.
 * **WordPiece vocabularies** (MiniLM/BERT): pieces are re-joined with
   :meth:`textdp.data.tokenize.WordPieceTokenizer.detokenize` (``##`` pieces glued
   to the previous piece, single spaces otherwise).
@@ -20,6 +29,8 @@ Detokenization rule (what a sanitized document looks like):
 from __future__ import annotations
 
 import itertools
+import re
+import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +38,33 @@ import pandas as pd
 
 from textdp.data.tokenize import WordTokenizer
 
-__all__ = ["TokenizedTexts", "tokenize_texts", "count_rows"]
+__all__ = ["TokenizedTexts", "tokenize_texts", "count_rows", "glue", "normalize_texts"]
+
+_CLITICS = frozenset({"n't", "'s", "'re", "'ve", "'ll", "'d", "'m"})
+_PUNCT = re.compile(r"^[^\w\s]+$")
+_OPENING = frozenset("([{“‘«¿¡$#@`")
+_QUOTES = frozenset({'"', "'", "''", "``"})
+
+
+def glue(left: str, right: str) -> bool:
+    """Whether two output tokens that touched in the input are written without a space:
+    ``right`` is a clitic (``n't``, ``'s``, ...) or punctuation that does not open, or
+    ``left`` is opening punctuation (``(``, ``[``, ``“``, ``$``, ...), or either is a bare
+    quote. A function of the output tokens only."""
+    if left in _QUOTES or right in _QUOTES:
+        return True
+    if right.lower() in _CLITICS or (_PUNCT.match(right) and right[0] not in _OPENING):
+        return True
+    return bool(_PUNCT.match(left)) and left[-1] in _OPENING
+
+
+def normalize_texts(texts) -> list[str]:
+    """``texts`` as str (None -> ``""``) in Unicode NFC (cheap for text that already is)."""
+    out = []
+    for t in texts:
+        t = t if isinstance(t, str) else ("" if t is None else str(t))
+        out.append(t if unicodedata.is_normalized("NFC", t) else unicodedata.normalize("NFC", t))
+    return out
 
 
 @dataclass
@@ -60,30 +97,27 @@ class TokenizedTexts:
         """Original token strings at ``positions`` (object array)."""
         return self.uniques[self.codes[positions]]
 
-    def rebuild(self, tokens: np.ndarray | list, changed: np.ndarray | None = None) -> list[str]:
+    def rebuild(self, tokens: np.ndarray | list) -> list[str]:
         """Documents with their tokens replaced by ``tokens`` (``(n_tokens,)``, str;
-        ``None`` drops a token). ``changed`` (bool ``(n_tokens,)``) marks replaced
-        tokens: two adjacent tokens without a separator (``class.``, ``do n't``)
-        get a single space between them when either was replaced, so sanitized
-        words never glue together. See the module docstring for the rule."""
+        ``None`` drops a token). Two tokens that touch in the input (``class.``,
+        ``do|n't``) stay glued when :func:`glue` says the output tokens read well
+        glued, else get one space: the layout is a function of the input's
+        separators and the output tokens only (module docstring)."""
         toks = tokens.tolist() if isinstance(tokens, np.ndarray) else list(tokens)
-        ch = changed.tolist() if changed is not None else None
         out: list[str] = []
         pos = 0
         if self.mode == "word":
             for p, n in zip(self.pieces, self.lengths.tolist()):
-                q = list(p)
                 new = toks[pos : pos + n]
                 pos += n
                 if None in new:
-                    out.append(_join_with_drops(q, new))
+                    out.append(_join_with_drops(p, new))
                     continue
+                q = list(p)
                 q[1::2] = new
-                if ch is not None and n > 1:
-                    c = ch[pos - n : pos]
-                    for i in range(n - 1):
-                        if not q[2 * i + 2] and (c[i] or c[i + 1]):
-                            q[2 * i + 2] = " "
+                for i in range(n - 1):
+                    if not q[2 * i + 2] and not glue(new[i], new[i + 1]):
+                        q[2 * i + 2] = " "
                 out.append("".join(q))
         else:
             from textdp.data.tokenize import WordPieceTokenizer
@@ -96,18 +130,22 @@ class TokenizedTexts:
 
 
 def _join_with_drops(pieces: list[str], new: list) -> str:
-    q = list(pieces)
+    """Rebuild one document where some tokens are dropped (``None``): the leading separator
+    is kept and the first kept token follows it; every later kept token keeps the separator
+    directly in front of it (the dropped tokens and their separators go), a touching pair
+    following :func:`glue`; the trailing separator is kept."""
+    seps = pieces[0::2]
+    out = [seps[0]]
+    prev = None
     for i, t in enumerate(new):
-        j = 2 * i + 1
         if t is None:
-            q[j] = ""
-            if j - 1 > 0:
-                q[j - 1] = ""  # the separator in front of a dropped token
-            elif j + 1 < len(q):
-                q[j + 1] = ""  # first token: the separator after it
-        else:
-            q[j] = t
-    return "".join(q)
+            continue
+        if prev is not None:
+            out.append(seps[i] if seps[i] or glue(prev, t) else " ")
+        out.append(t)
+        prev = t
+    out.append(seps[-1])
+    return "".join(out)
 
 
 def tokenize_texts(texts, embeddings, tokenizer=None) -> TokenizedTexts:
@@ -117,7 +155,7 @@ def tokenize_texts(texts, embeddings, tokenizer=None) -> TokenizedTexts:
     (``pandas.factorize`` over the flat token list), lower-casing first when the
     vocabulary is lower-cased. Returns a :class:`TokenizedTexts`.
     """
-    texts = [t if isinstance(t, str) else ("" if t is None else str(t)) for t in texts]
+    texts = normalize_texts(texts)
     if embeddings.kind == "wordpiece":
         tok = tokenizer or embeddings.tokenizer()
         pieces = tok.tokenize_batch(texts)
@@ -158,7 +196,7 @@ def count_rows(texts, embeddings, tokenizer=None) -> tuple[np.ndarray, int, int,
     boundary) and looks each distinct token up once, which is about twice as fast
     as tokenizing document by document.
     """
-    texts = [t if isinstance(t, str) else ("" if t is None else str(t)) for t in texts]
+    texts = normalize_texts(texts)
     n_docs = len(texts)
     counts = np.zeros(len(embeddings), dtype=np.int64)
     if embeddings.kind == "wordpiece":

@@ -30,8 +30,24 @@ integer-weighted exponential mechanism of :mod:`textdp.noise` (uniform share
 ``eta``, exact integer sampling; :mod:`textdp.sanitize.sampling`), so no output
 ever has probability 0; the accounted extra loss is ``guarantee.epsilon0``
 (about ``1.2e-5·eps`` for GloVe 6B 50d). SanText+'s keep/resample coin is an
-exact Bernoulli; FBDD's noise comes from :func:`textdp.noise.gamma` and
-:func:`textdp.noise.uniform_direction`.
+exact Bernoulli; FBDD's noise is a keyed multivariate Laplace with a uniform share
+``eta`` (its float truncation is charged in ``epsilon0``; see :class:`FBDD`).
+
+What a release reveals besides the sampled words (issue 12; design.md):
+
+* **Law**: by default the output vocabulary is public (:mod:`textdp.sanitize.vocabulary`)
+  and SanText+'s sensitive set is ranked in that list's public order, so the law of
+  one token depends only on that token, the parameters and public data. The paper's
+  corpus vocabulary (``output_vocabulary="corpus"``) and corpus frequencies
+  (``frequencies="corpus"``) are explicit options whose cards say what they leave
+  unprotected.
+* **Randomness**: per-record keyed ChaCha20 streams (:mod:`textdp.noise.keyed`):
+  the output does not depend on chunking, block size or workers.
+* **Layout**: :meth:`textdp.sanitize.corpus.TokenizedTexts.rebuild` decides every
+  space from the input's separators and the *output* tokens only, never from
+  whether a token was kept.
+* **Worst case**: ``guarantee.worst_case_epsilon`` is the plain-DP figure per token
+  over every pair of accepted inputs (out-of-vocabulary tokens included).
 
 Performance: each *distinct* input word's distribution is computed once per
 call, in blocks of ``B`` words (one float64 GEMM per block, memory
@@ -74,7 +90,9 @@ import numpy as np
 
 from textdp.accounting import UMLDP, MetricDP
 from textdp.errors import InputError, ParameterError
-from textdp.noise import DEFAULT_ETA, bernoulli, gamma, make_rng, random_source, uniform_direction
+from textdp.noise import DEFAULT_ETA, make_rng, random_source
+from textdp.noise import keyed
+from textdp.noise.keyed import ReleaseKey
 from textdp.sanitize import sampling
 from textdp.sanitize.corpus import TokenizedTexts, count_rows, tokenize_texts
 from textdp.sanitize.sampling import DEFAULT_BLOCK_BYTES, MIN_BLOCK_ROWS, DistanceKernel, squared_norms
@@ -83,8 +101,20 @@ __all__ = ["TokenSanitizer", "SanText", "SanTextPlus", "FBDD", "SanitizeStats", 
 
 #: what happens to a token without an embedding (never a silent leak: "keep" must be asked for)
 OOV_POLICIES = ("uniform", "unk", "drop", "keep")
-#: output vocabulary choices: words of the fitted corpus that have embeddings, or the whole table
-OUTPUT_VOCABULARIES = ("corpus", "full")
+#: output vocabulary choices: a public word list (default; :mod:`textdp.sanitize.vocabulary`), the words
+#: of the fitted corpus that have embeddings (the paper's choice: releases which words occur), or the
+#: whole embedding table; a list of words or a word-list file is public data by the caller's word
+OUTPUT_VOCABULARIES = ("public", "corpus", "full")
+#: the statement a card and the terminal carry when the output vocabulary comes from the corpus
+CORPUS_VOCABULARY_WARNING = (
+    "the output vocabulary is the set of input words that have embeddings (--output-vocabulary corpus, the "
+    "paper's choice): every token's output law depends on the whole corpus, and which words occur in the "
+    "corpus is released UNPROTECTED (a word can appear in the output only if some document contains it)")
+#: the same for SanText+'s sensitive set ranked by corpus counts
+CORPUS_FREQUENCIES_WARNING = (
+    "the sensitive set is ranked by corpus counts (--frequencies corpus, the paper's choice): whether a word "
+    "is sensitive, hence its output law, depends on the rest of the corpus, and the corpus's word "
+    "frequencies are released UNPROTECTED")
 
 
 @contextlib.contextmanager
@@ -201,24 +231,39 @@ class TokenSanitizer:
         ``[epsilon_min, epsilon_max]``: SanText and SanText+ at most 1e100, FBDD at
         least 1e-20). Its unit is "per unit of Euclidean embedding distance": the
         guarantee is ``eps·d(x,x')``.
-    output_vocabulary: ``"corpus"`` (words of the fitted texts that have
-        embeddings; the paper's choice; the default), ``"full"`` (every word of the
-        embedding table, 400k for GloVe 6B) or an explicit list of words.
+    output_vocabulary: ``"public"`` (the default: a public word list,
+        :func:`textdp.sanitize.vocabulary.public_vocabulary` -- for GloVe 6B the
+        shipped first 30,000 words of the table; the law of every token is then
+        independent of the rest of the corpus), ``"corpus"`` (words of the fitted
+        texts that have embeddings; the paper's choice: which words occur in the
+        corpus is released unprotected, and cards say so), ``"full"`` (every word
+        of the embedding table, 400k for GloVe 6B), a list of words, or the path
+        of a word-list file (one word per line; public data by the caller's word).
+        Any input word with an embedding is sanitized, inside the output
+        vocabulary or not.
     oov: policy for tokens without an embedding: ``"uniform"`` (default: replaced by
         a word drawn uniformly from the output vocabulary -- from the sensitive set
-        for SanText+ -- independently of the input, so 0-LDP for those tokens),
+        for SanText+ -- independently of which OOV token it was: indistinguishable
+        among OOV tokens, but an OOV token is not protected against an in-vocabulary
+        one beyond the worst-case figure of ``guarantee.worst_case_epsilon``),
         ``"unk"`` (replaced by ``unk_token``), ``"drop"`` (removed) or ``"keep"``
-        (released unchanged: NO protection for them; only when asked for).
-    rng: ``None`` (cryptographically secure, fresh), an int seed (reproducible,
-        not for release) or a ``numpy.random.Generator``.
+        (released unchanged: NO protection for them; only when asked for). For
+        ``unk``, ``drop`` and ``keep`` whether a token had an embedding is released.
+    rng: ``None`` (cryptographically secure: every release gets a fresh 256-bit
+        ChaCha20 key from the OS), an int seed (reproducible, not for release: the
+        i-th release's key is derived from the seed and i) or a
+        ``numpy.random.Generator`` (keys are drawn from it). All draws of a release
+        come from per-record keyed streams (:mod:`textdp.noise.keyed`): record
+        ``r`` (its index in input order) and token position ``t`` address the
+        stream, so the output does not depend on chunking, blocks or workers.
     block_bytes: memory budget of one weight block (default 32 MiB, but at least
         16 rows; memory use is about ``workers × block_bytes`` plus the output
         embeddings as float64).
     eta: uniform share mixed into SanText's exponential mechanism by the
         float-safe sampler (default ``2**-20``; see :mod:`textdp.sanitize.sampling`).
     workers: threads computing blocks in parallel (default ``min(4, cpu_count)``);
-        every block draws from its own child stream (``rng.spawn``), so a seeded
-        run gives the same output for any number of workers.
+        every token draws from its own keyed stream, so a seeded run gives the same
+        output for any number of workers.
 
     Raises ParameterError for invalid parameters.
     """
@@ -244,7 +289,7 @@ class TokenSanitizer:
                                  f"{cls.epsilon_max:g} ({cls.epsilon_limit_reason})")
         return e
 
-    def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, output_vocabulary="corpus",
+    def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, output_vocabulary="public",
                  oov: str = "uniform", unk_token: str = "[UNK]", rng=None, block_bytes: int = DEFAULT_BLOCK_BYTES,
                  workers: int | None = None, eta: float = DEFAULT_ETA):
         self.epsilon = self.check_epsilon_range(epsilon)  # before the embeddings are loaded
@@ -254,11 +299,22 @@ class TokenSanitizer:
             raise ParameterError(f"eta must be a number in (0, 1), got {eta!r}") from None
         if not (0.0 < self.eta < 1.0):
             raise ParameterError(f"eta must be in (0, 1), got {eta!r}")
-        if isinstance(output_vocabulary, str):
-            if output_vocabulary not in OUTPUT_VOCABULARIES:
+        self._vocab_info = None  # PublicVocabulary of a public/file/list output vocabulary
+        if isinstance(output_vocabulary, (str, os.PathLike)) and str(output_vocabulary) not in OUTPUT_VOCABULARIES:
+            from textdp.sanitize.vocabulary import read_vocabulary_file
+
+            if not os.path.isfile(output_vocabulary):
                 raise ParameterError(
-                    f"output_vocabulary (--output-vocabulary) must be one of {', '.join(OUTPUT_VOCABULARIES)} "
-                    f"or a list of words, got {output_vocabulary!r}")
+                    f"output_vocabulary (--output-vocabulary) must be one of {', '.join(OUTPUT_VOCABULARIES)}, "
+                    f"a list of words or a word-list file, got {str(output_vocabulary)!r} (no such file)")
+            self._vocab_info = read_vocabulary_file(output_vocabulary)
+            output_vocabulary = "file"
+        elif not isinstance(output_vocabulary, str):
+            from textdp.sanitize.vocabulary import PublicVocabulary, _digest
+
+            words = list(dict.fromkeys(str(w) for w in output_vocabulary))
+            self._vocab_info = PublicVocabulary(tuple(words), "custom list", _digest(words))
+            output_vocabulary = "custom"
         self.output_vocabulary = output_vocabulary
         if oov not in OOV_POLICIES:
             raise ParameterError(f"oov (--oov) must be one of {', '.join(OOV_POLICIES)}, got {oov!r}")
@@ -272,14 +328,19 @@ class TokenSanitizer:
         if self.eta * 2.0**52 < len(self.embeddings):  # every outcome keeps >= 2^10 integer weight units
             raise ParameterError(f"eta={self.eta:g} is too small for {len(self.embeddings)} words "
                                  f"(need eta >= {len(self.embeddings) * 2.0**-52:.3g})")
+        self._gen = None  # a caller's Generator, which release keys are drawn from
+        self._seed = None
         if isinstance(rng, np.random.Generator):
-            self.rng = rng
-            self.seed_info = {"seeded": None, "seed": None, "generator": type(rng.bit_generator).__name__,
-                              "note": "caller-supplied generator"}
+            self._gen = rng
+            self.seed_info = {"seeded": None, "seed": None, "generator": "ChaCha20 (per-record keyed streams)",
+                              "note": "keys drawn from a caller-supplied generator"}
         else:
-            src = random_source(rng)
-            self.rng = src.generator()
+            src = random_source(rng)  # validates the seed
+            self._seed = src.seed
             self.seed_info = src.describe()
+            self.seed_info["generator"] = "ChaCha20 (per-record keyed streams, 256-bit key)"
+        self._n_keys = 0
+        self._release_key: ReleaseKey | None = None
         self._tokenizer = None
         self._fitted: _Fitted | None = None
         self._prepared = False
@@ -298,10 +359,11 @@ class TokenSanitizer:
         return tokenize_texts(texts, self.embeddings, tk)
 
     def fit(self, texts: Iterable[str]) -> "TokenSanitizer":
-        """Learn the corpus vocabulary (and, for SanText+, word counts) from ``texts``.
-
-        Only the texts passed here are counted (SanText's official code also
-        counted the dev/test file; textdp does not). Returns ``self``.
+        """Count the words of ``texts``: needed only by the corpus-dependent options
+        (``output_vocabulary="corpus"``, SanText+'s ``frequencies="corpus"``); with the
+        public defaults the mechanism's law does not depend on them (the counts are
+        then only the curator's statistics). Only the texts passed here are counted
+        (SanText's official code also counted the dev/test file). Returns ``self``.
         """
         self._fitted = None
         return self.partial_fit(texts)
@@ -335,14 +397,18 @@ class TokenSanitizer:
         return self
 
     @property
+    def corpus_dependent(self) -> bool:
+        """Whether the law depends on the fitted corpus (an explicit corpus option was chosen)."""
+        return self.output_vocabulary == "corpus"
+
+    @property
     def is_fitted(self) -> bool:
-        return self._fitted is not None or not isinstance(self.output_vocabulary, str) or \
-            self.output_vocabulary == "full"
+        return self._fitted is not None or not self.corpus_dependent
 
     def _require_fit(self):
         if not self.is_fitted:
             raise ParameterError(f"{type(self).__name__} is not fitted: call .fit(texts) first "
-                                 "(or use output_vocabulary='full')")
+                                 "(or use the public output vocabulary)")
 
     def _prepare(self) -> None:
         """Build the output vocabulary (and mechanism-specific state) once after fitting."""
@@ -350,17 +416,21 @@ class TokenSanitizer:
             return
         self._require_fit()
         emb = self.embeddings
-        if isinstance(self.output_vocabulary, str):
-            if self.output_vocabulary == "full":
-                out = np.arange(len(emb), dtype=np.int64)
-            else:
-                out = np.flatnonzero(self._fitted.counts > 0).astype(np.int64)
+        if self.output_vocabulary == "full":
+            out = np.arange(len(emb), dtype=np.int64)
+        elif self.output_vocabulary == "corpus":
+            out = np.flatnonzero(self._fitted.counts > 0).astype(np.int64)
         else:
-            words = list(self.output_vocabulary)
+            if self._vocab_info is None:  # "public"
+                from textdp.sanitize.vocabulary import public_vocabulary
+
+                self._vocab_info = public_vocabulary(emb)
+            words = self._vocab_info.words
             missing = [w for w in words if w not in emb.index]
             if missing:
-                raise ParameterError(f"{len(missing)} output words have no embedding (first: {missing[0]!r})")
-            out = np.unique(emb.rows(words))
+                raise ParameterError(f"{len(missing)} output words of {self._vocab_info.name} have no embedding "
+                                     f"in {emb.source} (first: {missing[0]!r})")
+            out = np.unique(emb.rows(list(words)))
         if len(out) == 0:
             raise InputError("no word of the input has an embedding: nothing to sample from; check the "
                              "--embeddings and the text column")
@@ -407,14 +477,46 @@ class TokenSanitizer:
         return self._out_pos[np.asarray(rows, dtype=np.int64)]
 
     # ------------------------------------------------------------------ mechanism hooks
-    def sample_rows(self, rows: np.ndarray, rng: np.random.Generator | None = None,
+    def sample_rows(self, rows: np.ndarray, rng: np.random.Generator | int | None = None,
                     progress: Callable[[int], None] | None = None) -> np.ndarray:
         """One independent sanitized draw per entry of ``rows`` (embedding rows, all >= 0).
 
         Returns int64 ``(n,)`` embedding rows of the outputs. ``progress(k)`` is
-        called with the number of tokens finished after each block.
+        called with the number of tokens finished after each block. The draws use a
+        fresh key (drawn from ``rng`` when given, else the mechanism's next release
+        key), entry ``i`` on stream ``i``.
         """
+        self._prepare()
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        key = ReleaseKey.from_generator(make_rng(rng)) if rng is not None else self._next_key()
+        n = len(rows)
+        return self._draw(rows, key, np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64), progress)
+
+    def _draw(self, rows: np.ndarray, key: ReleaseKey, streams: np.ndarray, positions: np.ndarray,
+              progress) -> np.ndarray:  # pragma: no cover - overridden
+        """The mechanism: output rows for ``rows``, token ``i`` drawing from stream
+        ``(streams[i], positions[i])`` under ``key`` (:mod:`textdp.noise.keyed`)."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ keys
+    def _next_key(self) -> ReleaseKey:
+        """A new release key: from the caller's Generator, from the seed and the release's number,
+        or fresh from the OS."""
+        i = self._n_keys
+        self._n_keys += 1
+        if self._gen is not None:
+            return ReleaseKey.from_generator(self._gen)
+        if self._seed is not None:
+            return ReleaseKey.from_seed(self._seed, release=i)
+        return ReleaseKey.fresh()
+
+    def begin_release(self) -> None:
+        """Start a release made of several calls (chunks of one file): the chunks passed to
+        :meth:`sanitize_with_stats` with ``first_record=`` share this release's key, and the
+        record index (``first_record`` + position in the chunk) addresses each document's
+        streams. A seeded mechanism's first release uses the same key as its first
+        stand-alone call, so the CLI and the API give the same seeded output."""
+        self._release_key = self._next_key()
 
     def probabilities(self, words) -> np.ndarray:
         """Exact output distribution: float64 ``(k, V_out)`` rows over :attr:`output_words`."""
@@ -428,7 +530,6 @@ class TokenSanitizer:
         rows = self.input_rows(words)
         if (rows < 0).any():
             raise ParameterError("estimate_probabilities needs in-vocabulary words")
-        rng = make_rng(rng) if rng is not None else self.rng
         draws = self.sample_rows(np.repeat(rows, n_samples), rng)
         pos = self._out_pos[draws].reshape(len(rows), n_samples)
         out = np.zeros((len(rows), len(self.output_rows)))
@@ -446,11 +547,21 @@ class TokenSanitizer:
 
     def parameters(self) -> dict:
         """The mechanism's parameters, for cards and summaries."""
-        p = {"epsilon": self.epsilon, "oov": self.oov, "eta": self.eta,
-             "output_vocabulary": self.output_vocabulary if isinstance(self.output_vocabulary, str) else "custom"}
+        p = {"epsilon": self.epsilon, "oov": self.oov, "eta": self.eta, "output_vocabulary": self.output_vocabulary}
         if self.oov == "unk":
             p["unk_token"] = self.unk_token
         return p
+
+    def output_vocabulary_info(self) -> dict:
+        """What the card says of the output vocabulary: for a public list its name, size and
+        SHA-256; for the corpus vocabulary only that it is the corpus's (its size is a private
+        statistic); for the full table the table's size."""
+        if self.output_vocabulary == "corpus":
+            return {"kind": "corpus", "note": CORPUS_VOCABULARY_WARNING}
+        if self.output_vocabulary == "full":
+            return {"kind": "full", "size": len(self.embeddings)}
+        self._prepare()
+        return {"kind": self.output_vocabulary, **self._vocab_info.describe()}
 
     # ------------------------------------------------------------------ sanitizing
     def sanitize(self, texts: Iterable[str], progress: Callable[[int], None] | None = None) -> list[str]:
@@ -460,14 +571,29 @@ class TokenSanitizer:
         out, _ = self.sanitize_with_stats(texts, progress=progress)
         return out
 
-    def sanitize_with_stats(self, texts: Iterable[str], progress: Callable[[int], None] | None = None
-                            ) -> tuple[list[str], SanitizeStats]:
-        """Like :meth:`sanitize`, also returning the :class:`SanitizeStats`."""
+    def sanitize_with_stats(self, texts: Iterable[str], progress: Callable[[int], None] | None = None,
+                            first_record: int | None = None) -> tuple[list[str], SanitizeStats]:
+        """Like :meth:`sanitize`, also returning the :class:`SanitizeStats` (exact counts of the
+        private input: the curator's, never written into a card).
+
+        ``first_record``: global index (input order) of ``texts[0]`` within a release started
+        with :meth:`begin_release` (chunked input); ``None``: the call is a release of its own
+        (a new key; records numbered from 0). Document ``first_record + i`` draws every token
+        from its own keyed stream, so the output does not depend on how the input is chunked.
+        """
         t0 = time.perf_counter()
         texts = list(texts)
         if not self.is_fitted:
             self.fit(texts)
         self._prepare()
+        if first_record is None:
+            self.begin_release()
+            first_record = 0
+        elif self._release_key is None:
+            self.begin_release()
+        if int(first_record) < 0:
+            raise ParameterError("first_record must be >= 0")
+        key = self._release_key
         cached = getattr(self, "_tok_cache", None)
         self._tok_cache = None
         if cached is not None and len(cached[0]) == len(texts) and cached[0] == texts:
@@ -480,9 +606,14 @@ class TokenSanitizer:
         in_pos = np.flatnonzero(inv)
         oov_pos = np.flatnonzero(~inv)
         new_rows = np.full(n, -1, dtype=np.int64)
+        # stream of each token: its document's global index and its position in the document
+        starts = np.concatenate([[0], np.cumsum(tok.lengths)[:-1]]).astype(np.int64) if tok.n_docs else \
+            np.zeros(0, dtype=np.int64)
+        streams = np.repeat(np.arange(tok.n_docs, dtype=np.int64) + int(first_record), tok.lengths)
+        positions = np.arange(n, dtype=np.int64) - np.repeat(starts, tok.lengths)
         t1 = time.perf_counter()
         if len(in_pos):
-            new_rows[in_pos] = self.sample_rows(rows[in_pos], self.rng, progress=progress)
+            new_rows[in_pos] = self._draw(rows[in_pos], key, streams[in_pos], positions[in_pos], progress)
         t_sample = time.perf_counter() - t1
         changed_mask = np.ones(n, dtype=bool)
         changed_mask[in_pos] = new_rows[in_pos] != rows[in_pos]
@@ -496,7 +627,8 @@ class TokenSanitizer:
         if len(oov_pos):
             if self.oov == "uniform":
                 pool = self._oov_pool()
-                tokens[oov_pos] = words[pool[self.rng.integers(0, len(pool), size=len(oov_pos))]]
+                pick = keyed.keyed_uniform_below(key, streams[oov_pos], positions[oov_pos], keyed.UNIFORM, len(pool))
+                tokens[oov_pos] = words[pool[pick.astype(np.int64)]]
                 changed += len(oov_pos)
             elif self.oov == "unk":
                 tokens[oov_pos] = self.unk_token
@@ -509,7 +641,7 @@ class TokenSanitizer:
                 tokens[oov_pos] = tok.raw_tokens(oov_pos)
             if progress is not None:
                 progress(len(oov_pos))
-        result = tok.rebuild(tokens, changed_mask)
+        result = tok.rebuild(tokens)
         stats = SanitizeStats(
             documents=tok.n_docs, tokens=n, in_vocabulary_tokens=len(in_pos), changed_tokens=changed,
             oov_tokens=len(oov_pos), oov_policy=self.oov, dropped_tokens=dropped,
@@ -520,6 +652,36 @@ class TokenSanitizer:
         self.last_stats = stats
         return result, stats
 
+    # ------------------------------------------------------------------ worst case (plain DP)
+    def _n_out_bound(self) -> int:
+        """Size of the output set a token is drawn from, or a data-independent upper bound of it
+        (the embedding table's size) when the output vocabulary comes from the corpus."""
+        if self.output_vocabulary == "corpus":
+            return len(self.embeddings)
+        self._prepare()
+        return len(self.output_rows)
+
+    def _mixed_worst_case(self, v: int, epsilon0: float | None = None) -> float:
+        """Largest per-token log-ratio ``ln p(y|x)/p(y|x')`` over every pair of accepted inputs,
+        for a law mixed with a uniform share ``eta`` over ``v`` outputs (SanText's sampler,
+        FBDD's uniform share): every output has probability in ``[eta/v, 1 - eta + eta/v]``.
+
+        * two in-vocabulary words: ``min(eps D + epsilon0, ln((1 - eta + eta/v)/(eta/v)) + epsilon0)``,
+          ``D = 2R`` bounding the diameter of the whole embedding table (every word with an
+          embedding is an accepted input, whether or not it is an output word);
+        * an out-of-vocabulary token under ``oov="uniform"`` (each output ``1/v``) against an
+          in-vocabulary word: ``max(ln(v (1 - eta + eta/v)), ln(1/eta)) + epsilon0``;
+        * ``oov`` ``unk``, ``drop`` or ``keep`` release whether a token has an embedding: infinite.
+        """
+        if self.oov != "uniform":
+            return math.inf
+        e0 = self.sampling_epsilon0 if epsilon0 is None else float(epsilon0)
+        eta, v = self.eta, max(1, int(v))
+        hi, lo = 1.0 - eta + eta / v, eta / v
+        pair = min(self.epsilon * 2.0 * self._geometry()[1], math.log(hi / lo)) + e0
+        oov = max(math.log(v * hi), math.log(1.0 / eta)) + e0
+        return max(pair, oov)
+
     # ------------------------------------------------------------------ helpers for subclasses
     def _block_rows(self, width: int) -> int:
         return max(1, self.block_bytes // (4 * max(1, width)))
@@ -528,10 +690,13 @@ class TokenSanitizer:
         """Rows per float64 block: ``block_bytes / (8 width)``, at least 16 (and at most ``n``)."""
         return max(1, min(n, max(MIN_BLOCK_ROWS, self.block_bytes // (8 * max(1, width)))))
 
-    def _exp_sample(self, rows: np.ndarray, out_rows: np.ndarray, rng, progress) -> np.ndarray:
+    def _exp_sample(self, rows: np.ndarray, out_rows: np.ndarray, key: ReleaseKey, streams: np.ndarray,
+                    positions: np.ndarray, progress) -> np.ndarray:
         """Float-safe exponential-mechanism draws for every entry of ``rows`` over
         ``out_rows``: distinct words in blocks, all occurrences of a word at once
-        (:func:`textdp.sanitize.sampling.sample_block`)."""
+        (:func:`textdp.sanitize.sampling.sample_block`); occurrence ``i``'s uniform comes from
+        its own keyed stream ``(streams[i], positions[i])``, so the result does not depend on
+        the block size or the number of workers."""
         uniq, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
         order = np.argsort(inverse, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -541,11 +706,7 @@ class TokenSanitizer:
         b = self._exp_block_rows(len(out_rows), len(uniq))
         blocks = [(s, min(len(uniq), s + b)) for s in range(0, len(uniq), b)]
         numba = sampling.use_numba(len(uniq) * len(out_rows))
-        try:  # one child stream per block: the result does not depend on the number of workers
-            gens = rng.spawn(len(blocks))
-        except (TypeError, ValueError, AttributeError):
-            gens = None
-        workers = self.workers if gens is not None else 1
+        workers = self.workers
         local = threading.local()
         vectors = self.embeddings.vectors
 
@@ -555,9 +716,12 @@ class TokenSanitizer:
             if buf is None:
                 buf = local.buf = np.empty((b, len(out_rows)), dtype=np.float64)
             g = kernel.scaled_sq(vectors[uniq[s:e]], out=buf)
-            draws = sampling.sample_block(g, self_cols[s:e], counts[s:e], gens[i] if gens is not None else rng,
-                                          self.eta, numba=numba)
-            result[order[bounds[s]:bounds[e]]] = out_rows[draws]
+            occ = order[bounds[s]:bounds[e]]
+            st, pos = streams[occ], positions[occ]
+            draws = sampling.sample_block(
+                g, self_cols[s:e], counts[s:e], None, self.eta, numba=numba,
+                uniforms=lambda totals: keyed.keyed_uniform_below(key, st, pos, keyed.MAIN, totals))
+            result[occ] = out_rows[draws]
             return int(bounds[e] - bounds[s])
 
         if workers > 1 and len(blocks) > 1:
@@ -655,12 +819,15 @@ class SanText(TokenSanitizer):
     @property
     def guarantee(self) -> MetricDP:
         return MetricDP(epsilon=self.epsilon, metric=f"euclidean ({self.embeddings.source})", unit="token",
-                        epsilon0=self.sampling_epsilon0)
+                        epsilon0=self.sampling_epsilon0, worst_case_epsilon=self.worst_case_epsilon())
 
-    def sample_rows(self, rows, rng=None, progress=None) -> np.ndarray:
-        self._prepare()
-        rows = np.asarray(rows, dtype=np.int64)
-        return self._exp_sample(rows, self.output_rows, self.rng if rng is None else rng, progress)
+    def worst_case_epsilon(self) -> float:
+        """Largest per-token log-ratio over every pair of accepted inputs (plain DP per token):
+        :meth:`TokenSanitizer._mixed_worst_case` over the output vocabulary."""
+        return self._mixed_worst_case(self._n_out_bound())
+
+    def _draw(self, rows, key, streams, positions, progress) -> np.ndarray:
+        return self._exp_sample(rows, self.output_rows, key, streams, positions, progress)
 
     def probabilities(self, words) -> np.ndarray:
         """The exact law each word is sampled from: float64 ``(k, V_out)``, the
@@ -712,17 +879,24 @@ class SanTextPlus(TokenSanitizer):
     epsilon_limit_reason = _EXP_MECHANISM_LIMIT
 
     def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, w: float = 0.9, p: float = 0.3,
-                 frequencies: str = "corpus", **kwargs):
+                 frequencies: str = "public", **kwargs):
         self.w = check_unit(w, "w")
         self.p = check_unit(p, "p")
-        if frequencies not in ("corpus", "wordfreq"):
-            raise ParameterError(f"frequencies (--frequencies) must be 'corpus' or 'wordfreq', got {frequencies!r}")
+        if frequencies not in ("public", "corpus", "wordfreq"):
+            raise ParameterError(f"frequencies (--frequencies) must be 'public', 'corpus' or 'wordfreq', "
+                                 f"got {frequencies!r}")
         self.frequencies = frequencies
         super().__init__(embeddings, epsilon, **kwargs)
 
+    @property
+    def corpus_dependent(self) -> bool:
+        return self.output_vocabulary == "corpus" or self.frequencies == "corpus"
+
     def _prepare_mechanism(self) -> None:
         out = self.output_rows
-        if self.frequencies == "corpus":
+        if self.frequencies == "public":  # the output vocabulary's public order (GloVe: frequency order)
+            freq = np.zeros(len(out))
+        elif self.frequencies == "corpus":
             if self._fitted is not None:
                 freq = self._fitted.counts[out].astype(np.float64)
             else:
@@ -762,7 +936,20 @@ class SanTextPlus(TokenSanitizer):
     def guarantee(self) -> UMLDP:
         eps0 = math.inf if self.p == 0 else math.log(1.0 / self.p) + self.sampling_epsilon0
         return UMLDP(epsilon=self.epsilon, epsilon0=eps0, metric=f"euclidean ({self.embeddings.source})",
-                     sensitive_fraction=self.w, unit="token")
+                     sensitive_fraction=self.w, unit="token", worst_case_epsilon=self.worst_case_epsilon())
+
+    def _n_out_bound(self) -> int:
+        if self.output_vocabulary == "corpus":
+            return len(self.embeddings)
+        self._prepare()
+        return max(1, len(self.sensitive_rows))
+
+    def worst_case_epsilon(self) -> float:
+        """Plain DP per token: infinite when some word is non-sensitive and ``p < 1`` (a kept
+        non-sensitive word is produced by no other input); otherwise SanText's figure over V_S."""
+        if self.p < 1.0 and self.w < 1.0:
+            return math.inf
+        return self._mixed_worst_case(self._n_out_bound())
 
     def parameters(self) -> dict:
         d = super().parameters()
@@ -777,22 +964,19 @@ class SanTextPlus(TokenSanitizer):
         self._need_sensitive()
         return self.sensitive_rows
 
-    def sample_rows(self, rows, rng=None, progress=None) -> np.ndarray:
-        self._prepare()
-        rng = self.rng if rng is None else rng
-        rows = np.asarray(rows, dtype=np.int64)
+    def _draw(self, rows, key, streams, positions, progress) -> np.ndarray:
         sens = self._sensitive_mask[rows]
         resample = sens.copy()
         non = np.flatnonzero(~sens)
         if len(non) and self.p > 0:
-            resample[non] = bernoulli(self.p, len(non), rng)
+            resample[non] = keyed.keyed_bernoulli(key, streams[non], positions[non], keyed.COIN, self.p)
         out = rows.copy()
         idx = np.flatnonzero(resample)
         if progress is not None and len(rows) - len(idx):
             progress(len(rows) - len(idx))
         if len(idx):
             self._need_sensitive()
-            out[idx] = self._exp_sample(rows[idx], self.sensitive_rows, rng, progress)
+            out[idx] = self._exp_sample(rows[idx], self.sensitive_rows, key, streams[idx], positions[idx], progress)
         return out
 
     def probabilities(self, words) -> np.ndarray:
@@ -825,13 +1009,27 @@ class SanTextPlus(TokenSanitizer):
 
 
 class FBDD(TokenSanitizer):
-    """FBDD / MadLib (Feyisetan et al. 2020): ``y = argmin_v ||phi(v) - (phi(x) + z)||``
+    """FBDD / MadLib (Feyisetan et al. 2020, Sec. 3, Alg. 1): ``y = argmin_v ||phi(v) - (phi(x) + z)||``
     over the output vocabulary, with noise ``z`` of density ``∝ exp(-eps·||z||)``
-    drawn as a uniform direction (normalised Gaussian) times a
-    ``Gamma(shape=m, scale=1/eps)`` radius (``m`` the embedding dimension).
+    drawn as a uniform direction (normalised Gaussians) times a
+    ``Gamma(shape=m, scale=1/eps)`` radius (``m`` the embedding dimension), from the
+    token's keyed stream (:func:`textdp.noise.keyed.keyed_laplace_vectors`).
 
-    Guarantee: ``eps·d(x,x')`` metric LDP per token (no ``/2``; the nearest-word
-    step is post-processing). No closed-form output distribution: use
+    Float safety (issue 12): the float sampler clips each of the ``2m`` exponentials
+    and Box-Muller radii it draws with probability ``2^-52`` (the realised law is within
+    total variation ``tau = 2m 2^-52`` of the ideal one), which alone could put outputs
+    outside the reachable set of one input and not of another (an infinite loss). So a
+    uniform share ``eta`` (default ``2^-20``, an exact Bernoulli coin) replaces the
+    output by a uniform word of the output vocabulary: every output then has
+    probability at least ``eta/V`` from every input, and the truncation is charged as
+    ``epsilon0 = ln((1 + a)/(1 - a))``, ``a = tau V / eta`` (mixing cannot raise the
+    ideal loss: mediant inequality). The float discretisation of the continuous noise
+    below the clipping is not accounted (no float implementation of continuous noise
+    is exact); the uniform share caps its effect: no per-token log-ratio exceeds
+    :meth:`worst_case_epsilon`. Cards and docs/threat-model.md state this.
+
+    Guarantee: ``eps·d(x,x') + epsilon0`` metric LDP per token (no ``/2``; the
+    nearest-word step is post-processing). No closed-form output distribution: use
     :meth:`estimate_probabilities`. Cost: one nearest-neighbour search per token
     occurrence (a GEMM per block of tokens).
     """
@@ -848,34 +1046,40 @@ class FBDD(TokenSanitizer):
         pass
 
     @property
-    def guarantee(self) -> MetricDP:
-        return MetricDP(epsilon=self.epsilon, metric=f"euclidean ({self.embeddings.source})", unit="token")
+    def truncation_epsilon0(self) -> float:
+        """``ln((1 + a)/(1 - a))`` with ``a = 2m 2^-52 V / eta``: the accounted cost of the clipped
+        float noise (class docstring); ``V`` the output vocabulary's size bound."""
+        a = 2 * self.embeddings.dim * keyed.LAPLACE_TRUNCATION * self._n_out_bound() / self.eta
+        return math.inf if a >= 1 else math.log1p(a) - math.log1p(-a)
 
-    def parameters(self) -> dict:
-        d = super().parameters()
-        d.pop("eta", None)  # FBDD does not use the categorical sampler
-        return d
+    @property
+    def guarantee(self) -> MetricDP:
+        return MetricDP(epsilon=self.epsilon, metric=f"euclidean ({self.embeddings.source})", unit="token",
+                        epsilon0=self.truncation_epsilon0, worst_case_epsilon=self.worst_case_epsilon())
+
+    def worst_case_epsilon(self) -> float:
+        """Plain DP per token (:meth:`TokenSanitizer._mixed_worst_case`; the uniform share bounds
+        every ratio whatever the float noise does)."""
+        return self._mixed_worst_case(self._n_out_bound(), self.truncation_epsilon0)
 
     def noise(self, n: int, rng=None) -> np.ndarray:
-        """``(n, m)`` float64 noise vectors with density ``∝ exp(-eps ||z||)``."""
-        rng = self.rng if rng is None else rng
-        m = self.embeddings.dim
-        r = gamma(float(m), 1.0 / self.epsilon, n, rng)
-        return uniform_direction(n, m, rng) * r[:, None]
+        """``(n, m)`` float64 noise vectors with density ``∝ exp(-eps ||z||)`` (fresh key from ``rng``,
+        or the mechanism's next key)."""
+        key = ReleaseKey.from_generator(make_rng(rng)) if rng is not None else self._next_key()
+        return keyed.keyed_laplace_vectors(key, np.arange(int(n)), np.zeros(int(n), dtype=np.int64), keyed.MAIN,
+                                           self.embeddings.dim, 1.0 / self.epsilon)
 
-    def sample_rows(self, rows, rng=None, progress=None) -> np.ndarray:
-        self._prepare()
-        rng = self.rng if rng is None else rng
-        rows = np.asarray(rows, dtype=np.int64)
+    def _draw(self, rows, key, streams, positions, progress) -> np.ndarray:
         y = self._vectors(self.output_rows)
         ny = squared_norms(y).astype(np.float32)
         b = self._block_rows(len(self.output_rows))
         out = np.empty(len(rows), dtype=np.int64)
         buf = np.empty((min(b, max(1, len(rows))), len(self.output_rows)), dtype=np.float32)
+        m = self.embeddings.dim
         for s in range(0, len(rows), b):
             e = min(len(rows), s + b)
-            q = (np.asarray(self.embeddings.vectors[rows[s:e]], dtype=np.float64) + self.noise(e - s, rng)
-                 ).astype(np.float32)
+            z = keyed.keyed_laplace_vectors(key, streams[s:e], positions[s:e], keyed.MAIN, m, 1.0 / self.epsilon)
+            q = (np.asarray(self.embeddings.vectors[rows[s:e]], dtype=np.float64) + z).astype(np.float32)
             g = buf[: e - s]
             np.matmul(q, y.T, out=g)
             g *= -2.0
@@ -883,4 +1087,8 @@ class FBDD(TokenSanitizer):
             out[s:e] = self.output_rows[np.argmin(g, axis=1)]
             if progress is not None:
                 progress(e - s)
+        mix = np.flatnonzero(keyed.keyed_bernoulli(key, streams, positions, keyed.MIX, self.eta))
+        if len(mix):  # the uniform share (class docstring)
+            pick = keyed.keyed_uniform_below(key, streams[mix], positions[mix], keyed.MIX_PICK, len(self.output_rows))
+            out[mix] = self.output_rows[pick.astype(np.int64)]
         return out

@@ -313,8 +313,8 @@ def uniform_below(bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-def sample_block(g: np.ndarray, self_cols, counts: np.ndarray, rng: np.random.Generator,
-                 eta: float = DEFAULT_ETA, numba: bool | None = None) -> np.ndarray:
+def sample_block(g: np.ndarray, self_cols, counts: np.ndarray, rng: np.random.Generator | None,
+                 eta: float = DEFAULT_ETA, numba: bool | None = None, uniforms=None) -> np.ndarray:
     """Exact draws from the float-safe exponential mechanism of each row of ``g``.
 
     g: C-contiguous float64 ``(B, V)``, ``g[b, j] = s_bj^2`` (scaled squared
@@ -322,7 +322,9 @@ def sample_block(g: np.ndarray, self_cols, counts: np.ndarray, rng: np.random.Ge
     self_cols: int ``(B,)`` column of row b's own word or -1: that entry is set
     to 0 (the exact distance of a word to itself) and used as the offset.
     counts: int ``(B,)`` draws per row. rng: the Generator all uniforms come
-    from. numba: force a backend (default: :func:`use_numba`).
+    from (unused when ``uniforms`` is given). numba: force a backend (default: :func:`use_numba`).
+    uniforms: optional ``f(bounds) -> uint64`` giving draw ``k`` its exact uniform integer in
+    ``[0, bounds[k])`` (the sanitizers pass per-token keyed streams, :mod:`textdp.noise.keyed`).
     Returns int64 ``(counts.sum(),)`` columns: the ``counts[0]`` draws of row 0,
     then those of row 1, ... Law of each draw: ``(1 - eta) softmax(-s_b) + eta/V``
     in exact integer weights (module docstring); uniforms from :func:`uniform_below`.
@@ -336,7 +338,8 @@ def sample_block(g: np.ndarray, self_cols, counts: np.ndarray, rng: np.random.Ge
         numba = use_numba(b * v)
     law = _IntegerLaw(g, sc, eta, numba)
     rows = np.repeat(np.arange(b, dtype=np.int64), counts)
-    return law.search(rows, uniform_below(law.totals[rows], rng))
+    bounds = law.totals[rows]
+    return law.search(rows, uniform_below(bounds, rng) if uniforms is None else uniforms(bounds))
 
 
 def block_probabilities(g: np.ndarray, self_cols=None, eta: float = DEFAULT_ETA, numba: bool | None = None

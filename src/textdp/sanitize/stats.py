@@ -18,15 +18,11 @@ __all__ = ["plausible_deniability", "privacy_statistics", "sample_words"]
 
 
 def sample_words(mech, n: int = 100) -> np.ndarray:
-    """Up to ``n`` output-vocabulary embedding rows spread evenly over the corpus
-    frequency ranking (most frequent first; deterministic, no randomness)."""
+    """Up to ``n`` output-vocabulary embedding rows spread evenly over the output vocabulary
+    in embedding-row order (for GloVe: public frequency order, most frequent first;
+    deterministic, no randomness, no corpus count)."""
     mech._prepare()
-    out = mech.output_rows
-    if mech._fitted is not None:
-        freq = mech._fitted.counts[out]
-    else:
-        freq = np.zeros(len(out))
-    order = out[np.lexsort((out, -freq))]
+    order = np.sort(mech.output_rows)
     if len(order) <= n:
         return order
     return order[np.unique(np.linspace(0, len(order) - 1, n).round().astype(int))]
@@ -68,7 +64,13 @@ def _summary(x: np.ndarray) -> dict:
 
 def privacy_statistics(mech, mean_document_tokens: float | None = None, max_document_tokens: int | None = None,
                        n_words: int = 100, k: int = 1000, n_examples: int = 10) -> dict:
-    """The statistics a privacy card carries for a token sanitizer.
+    """The statistics a privacy card carries for a token sanitizer: computed from the
+    mechanism and public data only (issue 12). With a corpus-derived law
+    (``mech.corpus_dependent``) the N_w / S_w values and the vocabulary's geometry
+    would describe the private corpus: only the composition rule and the table's
+    diameter bound are returned then. ``mean_document_tokens``/``max_document_tokens``
+    are lengths the CALLER states (e.g. for a per-document figure); the CLI passes
+    none (a corpus's lengths are private).
 
     * ``plausible_deniability``: N_w / S_w (``k`` draws) summarised over ``n_words``
       output words spread over the frequency ranking, plus the first ``n_examples`` of them
@@ -81,15 +83,26 @@ def privacy_statistics(mech, mean_document_tokens: float | None = None, max_docu
       vocabulary words, for the mean and longest document.
     """
     mech._prepare()
+    if getattr(mech, "corpus_dependent", False):
+        eps0 = float(getattr(mech.guarantee, "epsilon0", 0.0))
+        return {"per_document": {
+            "rule": "documents of equal length L: eps * sum_i d(x_i, x'_i)" + (" + L * eps0" if eps0 else ""),
+            "epsilon_per_unit_distance": mech.epsilon,
+            "table_diameter_bound": float(2.0 * mech._geometry()[1]),
+            "note": "no plausible-deniability statistics: with a corpus-derived output vocabulary or sensitive "
+                    "set they would describe the private corpus"}}
     k_eff = k if mech.exact_probabilities else min(k, 200)
     words = sample_words(mech, n_words)
-    pd_ = plausible_deniability(mech, words, k=k_eff)
+    # estimates (FBDD) use a fixed public seed: the card's statistics describe the mechanism, not the
+    # release, and anyone can recompute them from the parameters and public data
+    pd_ = plausible_deniability(mech, words, k=k_eff, rng=0)
     names = mech.embeddings.words
     n_ex = min(n_examples, len(words))
     examples = [{"word": names[int(r)], "N_w": float(pd_["N_w"][i]), "S_w": float(pd_["S_w"][i])}
                 for i, r in enumerate(words[:n_ex])]
     y = np.asarray(mech.embeddings.vectors[mech.output_rows], dtype=np.float64)
     diameter = float(2.0 * np.sqrt(((y - y.mean(axis=0)) ** 2).sum(axis=1)).max()) if len(y) else 0.0
+    table_d = float(2.0 * mech._geometry()[1])  # any word of the table is an accepted input
     if len(y) > 1:
         i = np.arange(0, len(y), max(1, len(y) // 2000))
         j = (i * 7919 + len(y) // 2) % len(y)
@@ -104,6 +117,7 @@ def privacy_statistics(mech, mean_document_tokens: float | None = None, max_docu
         "rule": "documents of equal length L: eps * sum_i d(x_i, x'_i)" + (" + L * eps0" if eps0 else ""),
         "epsilon_per_unit_distance": eps,
         "vocabulary_diameter_bound": diameter,
+        "table_diameter_bound": table_d,
         "median_word_distance": typical,
     }
     if mean_document_tokens is not None:
@@ -113,8 +127,8 @@ def privacy_statistics(mech, mean_document_tokens: float | None = None, max_docu
             "mean_document_tokens": mean_l,
             "max_document_tokens": max_l,
             "epsilon_mean_document_all_tokens_typical": eps * mean_l * typical + mean_l * eps0,
-            "epsilon_mean_document_all_tokens_worst": eps * mean_l * diameter + mean_l * eps0,
-            "epsilon_longest_document_all_tokens_worst": eps * max_l * diameter + max_l * eps0,
+            "epsilon_mean_document_all_tokens_worst": eps * mean_l * table_d + mean_l * eps0,
+            "epsilon_longest_document_all_tokens_worst": eps * max_l * table_d + max_l * eps0,
             "epsilon_one_token_typical": eps * typical + eps0,
         })
     return {

@@ -1,0 +1,185 @@
+"""What every registered sanitizer's release must have (issue 12; design.md, "Everything the output
+reveals is part of the release"), checked generically over the registry: a new sanitizer is
+tested here the moment it is registered (no pending list for these properties).
+
+(a) layout: given the output tokens, the output text is the same whether a touching token was
+    kept or replaced (the layout is a function of the input layout and the output tokens);
+(b) law: under default options, mechanisms fitted on corpora that differ in one token have the
+    same law for every word, and the same seed gives the same draws for every token of the
+    unchanged documents;
+(c) card: every field except the time is recomputed from the released file's name, the
+    parameters and public data alone, and neighbouring inputs give identical cards.
+
+Document-level mechanisms (none registered yet) are exempt from (a) only, and must say so here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from textdp.accounting.card import build_card, card_path
+from textdp.cli.main import app
+from textdp.cli.sanitize import _card
+from textdp.data.tokenize import WordTokenizer
+from textdp.embeddings import Embeddings
+from textdp.mechanisms.registry import registry
+from textdp.sanitize import make_mechanism, privacy_statistics
+
+SANITIZERS = sorted(n for n, info in registry().items() if info.capability == "sanitize")
+#: document-level sanitizers: the token-layout test (a) does not apply to them (none yet)
+DOCUMENT_LEVEL: tuple[str, ...] = ()
+WORDS = ["film", "movie", ".", "do", "n't", "bad", ";", "good", "great", ",", "'s", "(", ")", "plot", "actor",
+         "scene", "boring", "fun", "story", "aardvark"]
+
+
+def test_registry_has_the_sanitizers():
+    assert {"santext", "santext+", "fbdd"} <= set(SANITIZERS)
+
+
+def _emb(seed=5, scale=0.6):
+    g = np.random.Generator(np.random.PCG64(seed))  # test data, not DP noise
+    vec = (g.standard_normal((len(WORDS), 4)) * scale).astype(np.float32)
+    return Embeddings(list(WORDS), vec, source="test-table", kind="word", lowercase=True)
+
+
+def _mech(name, emb, epsilon=1.0, **kw):
+    return make_mechanism(name, emb, epsilon, **kw)
+
+
+# ------------------------------------------------------------------------------------------ (a)
+@pytest.mark.parametrize("name", [n for n in SANITIZERS if n not in DOCUMENT_LEVEL])
+def test_layout_is_a_function_of_the_output_tokens(name):
+    """Over many draws of two inputs with touching tokens, equal output tokens always give the
+    same text, and the case that broke the old rule (a kept pair and a replaced pair with the
+    same output tokens) actually occurs."""
+    emb = _emb()
+    inputs = ["film.", "movie.", "don't", "bad;good", "good;bad", "(plot)", "scene's"]
+    texts_by_tokens = defaultdict(set)
+    kept_by_tokens = defaultdict(set)
+    tk = WordTokenizer()
+    for epsilon in (0.5, 3.0, 10.0):  # spread-out and concentrated laws (FBDD needs a large eps to keep)
+        mech = _mech(name, emb, epsilon=epsilon, rng=11)
+        for _ in range(100):
+            for src, out in zip(inputs, mech.sanitize(inputs)):
+                toks = tuple(tk.tokenize(out))
+                texts_by_tokens[toks].add(out)
+                kept_by_tokens[toks].add(tuple(tk.tokenize(src)) == toks)
+    for toks, texts in texts_by_tokens.items():
+        assert len(texts) == 1, f"{name}: output tokens {toks} written as {sorted(texts)}"
+    # the test is not vacuous: some token pair came out both from a kept and from a replaced input
+    assert any(len(v) == 2 for v in kept_by_tokens.values()), f"{name}: no kept/replaced collision was drawn"
+
+
+def test_layout_rule_keeps_the_text_readable():
+    from textdp.sanitize.corpus import glue
+
+    assert glue("do", "n't") and glue("film", ".") and glue("movie", "'s") and glue("(", "plot")
+    assert not glue(";", "good") and not glue("bad", "(") and not glue("film", "movie")
+
+
+# ------------------------------------------------------------------------------------------ (b)
+def _corpora():
+    a = ["good film . fun story", "boring plot , bad actor", "great scene ; fun"]
+    b = ["good film . fun story", "boring plot , aardvark actor", "great scene ; fun"]  # one token differs
+    return a, b
+
+
+@pytest.mark.parametrize("name", SANITIZERS)
+def test_law_does_not_depend_on_the_rest_of_the_corpus(name):
+    emb = _emb()
+    a, b = _corpora()
+    ma, mb = _mech(name, emb, rng=3).fit(a), _mech(name, emb, rng=3).fit(b)
+    assert ma.output_words == mb.output_words
+    if ma.exact_probabilities:
+        np.testing.assert_array_equal(ma.probabilities(WORDS), mb.probabilities(WORDS))
+    oa, ob = ma.sanitize(a), mb.sanitize(b)
+    assert oa[0] == ob[0] and oa[2] == ob[2], f"{name}: unchanged documents drew differently"
+
+
+@pytest.mark.parametrize("name", [n for n in SANITIZERS if registry()[n].factory.exact_probabilities])
+def test_law_test_detects_a_corpus_dependent_law(name):
+    """The check above can fail: with the paper's corpus vocabulary the law moves."""
+    emb = _emb()
+    a, b = _corpora()
+    ma = _mech(name, emb, rng=3, output_vocabulary="corpus").fit(a)
+    mb = _mech(name, emb, rng=3, output_vocabulary="corpus").fit(b)
+    assert ma.output_words != mb.output_words
+
+
+def test_santext_plus_sensitive_set_is_public_by_default():
+    emb = _emb()
+    a, b = _corpora()
+    sa = make_mechanism("santext+", emb, 1.0, w=0.5, p=0.3).fit(a).sensitive_words
+    sb = make_mechanism("santext+", emb, 1.0, w=0.5, p=0.3).fit(b).sensitive_words
+    assert sa == sb
+    ca = make_mechanism("santext+", emb, 1.0, w=0.5, p=0.3, frequencies="corpus").fit(a).sensitive_words
+    cb = make_mechanism("santext+", emb, 1.0, w=0.5, p=0.3, frequencies="corpus").fit(b).sensitive_words
+    assert ca != cb  # the explicit corpus option does depend on the corpus (and its card says so)
+
+
+# ------------------------------------------------------------------------------------------ (c)
+def _glove_file(tmp_path):
+    emb = _emb()
+    p = tmp_path / "table.glove.txt"
+    p.write_text("".join(f"{w} {' '.join(f'{x:.6f}' for x in v)}\n" for w, v in zip(emb.words, emb.vectors)),
+                 encoding="utf-8")
+    return p
+
+
+def _release(tmp_path, sub, name, docs, *extra):
+    d = tmp_path / sub
+    d.mkdir()
+    src = d / "private-input.txt"
+    src.write_text("\n".join(docs) + "\n", encoding="utf-8")
+    out = d / "released.txt"
+    r = CliRunner().invoke(app, ["sanitize", str(src), "-m", name, "-e", "1.5", "--embeddings",
+                                 str(_glove_file(tmp_path)), "-o", str(out), "--no-ledger", *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads(card_path(out).read_text(encoding="utf-8")), out
+
+
+@pytest.mark.parametrize("name", SANITIZERS)
+def test_card_holds_nothing_but_parameters_and_public_data(tmp_path, name):
+    a, _ = _corpora()
+    neighbour = ["good film . fun story", "boring plot , xyzzy actor qwerty", "great scene ; fun", "one more"]
+    card_a, out = _release(tmp_path, "a", name, a)
+    card_b, _ = _release(tmp_path, "b", name, neighbour)
+    for c in (card_a, card_b):
+        c.pop("created")
+    assert card_a == card_b  # different documents, tokens, OOV tokens, words: the same card
+    # recomputed from the released file's name, the card's parameters and the public table only
+    params = dict(card_a["parameters"])
+    mech = make_mechanism(name, str(_glove_file(tmp_path)), params.pop("epsilon"), **{
+        k: v for k, v in params.items() if k in ("oov", "eta", "output_vocabulary", "w", "p", "frequencies",
+                                                 "unk_token")})
+    expected = json.loads(json.dumps(_card(mech, out, privacy_statistics, build_card), default=str))
+    expected.pop("created")
+    assert json.loads(json.dumps(expected)) == card_a
+    text = json.dumps(card_a)
+    for private in ("private-input", "xyzzy", "qwerty"):
+        assert private not in text, private
+
+    def keys(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                yield k
+                yield from keys(v)
+        elif isinstance(x, list):
+            for v in x:
+                yield from keys(v)
+
+    found = set(keys(card_a)) & {"documents", "tokens", "changed_tokens", "oov_tokens", "input", "file", "sha256_input",
+                                 "input_hash", "distinct_input_words_fitted", "max_document_tokens", "run"}
+    assert not found, found
+
+
+def test_corpus_vocabulary_card_states_what_is_unprotected(tmp_path):
+    a, _ = _corpora()
+    card, _ = _release(tmp_path, "c", "santext", a, "--output-vocabulary", "corpus")
+    assert any("UNPROTECTED" in w for w in card["warnings"])
+    assert "size" not in card["data"]["output_vocabulary"]  # the corpus vocabulary's size is private
