@@ -256,8 +256,10 @@ def set_(
     ledger_dir: Optional[str] = _opt_ledger_dir(),
     as_json: bool = opt_json(),
 ):
-    """Set (or change) the privacy budget of DATASET in one currency (or in every one); later releases over
-    it, with an infinite term, or in a currency no budget names are refused (unless --force)."""
+    """Set (or change) the privacy budget of DATASET in one currency, or in every one without --currency.
+
+    Later releases over it, with an infinite term, or in a currency no budget names are refused (unless --force).
+    """
     from textdp.accounting.composition import parse_currency
 
     if currency is not None:
