@@ -262,18 +262,13 @@ def test_fbdd_noise_radius_and_direction_laws(make_emb, monkeypatch):
     emb = make_emb(v=10, m=6)
     eps = 2.5
     m = FBDD(emb, epsilon=eps, output_vocabulary="full", rng=8)
-    # the noise goes through textdp.noise's float-safe samplers
-    from textdp import noise
-
-    assert mechanisms_module.gamma is noise.gamma
-    assert mechanisms_module.uniform_direction is noise.uniform_direction
+    # the noise comes from the per-token keyed streams (textdp.noise.keyed)
     calls = []
-    for name in ("gamma", "uniform_direction"):
-        real = getattr(mechanisms_module, name)
-        monkeypatch.setattr(mechanisms_module, name,
-                            lambda *a, _real=real, _n=name, **k: calls.append(_n) or _real(*a, **k))
+    real = mechanisms_module.keyed.keyed_laplace_vectors
+    monkeypatch.setattr(mechanisms_module.keyed, "keyed_laplace_vectors",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
     z = m.noise(20000)
-    assert sorted(calls) == ["gamma", "uniform_direction"]
+    assert calls
     r = np.linalg.norm(z, axis=1)
     assert stats.kstest(r, stats.gamma(a=6, scale=1 / eps).cdf).pvalue > ALPHA
     u = z / r[:, None]
@@ -289,7 +284,11 @@ def test_fbdd_noise_radius_and_direction_laws(make_emb, monkeypatch):
     ref = np.argmin(((q[:, None, :] - emb.vectors[None].astype(np.float64)) ** 2).sum(-1), axis=1)
     assert (a == ref).mean() > 0.99  # float32 search may break near-ties differently
     assert m.guarantee.epsilon == eps and m.guarantee.kind == "metric-dp"
-    assert "eta" not in m.parameters()
+    # the clipped float noise is charged: a = 2 m 2^-52 V / eta (FBDD docstring)
+    a = 2 * 6 * 2.0**-52 * 10 / m.eta
+    assert m.guarantee.epsilon0 == pytest.approx(np.log((1 + a) / (1 - a)))
+    assert np.isfinite(m.guarantee.worst_case_epsilon)
+    assert m.parameters()["eta"] == 2.0**-20
     # large epsilon: identity
     assert np.array_equal(FBDD(emb, epsilon=1e6, output_vocabulary="full", rng=0).sample_rows(rows), rows)
 

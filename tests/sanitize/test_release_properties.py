@@ -16,6 +16,7 @@ Document-level mechanisms (none registered yet) are exempt from (a) only, and mu
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 
 import numpy as np
@@ -183,3 +184,39 @@ def test_corpus_vocabulary_card_states_what_is_unprotected(tmp_path):
     card, _ = _release(tmp_path, "c", "santext", a, "--output-vocabulary", "corpus")
     assert any("UNPROTECTED" in w for w in card["warnings"])
     assert "size" not in card["data"]["output_vocabulary"]  # the corpus vocabulary's size is private
+
+
+# ------------------------------------------------------------------------------------------ worst case
+@pytest.mark.parametrize("name", [n for n in SANITIZERS if registry()[n].factory.exact_probabilities])
+def test_worst_case_epsilon_bounds_every_log_ratio(name):
+    """guarantee.worst_case_epsilon (plain DP per token) is at least the largest log-ratio of the
+    exact channel over every pair of words, and over an OOV token (uniform) against any word."""
+    emb = _emb()
+    kw = dict(w=1.0) if name == "santext+" else {}
+    mech = _mech(name, emb, epsilon=2.0, rng=1, **kw)
+    p = mech.probabilities(WORDS)
+    wc = mech.guarantee.worst_case_epsilon
+    logp = np.log(p)
+    pair = (logp[:, None, :] - logp[None, :, :]).max()
+    oov = np.abs(logp - np.log(1.0 / p.shape[1])).max()
+    assert np.isfinite(wc) and max(pair, oov) <= wc + 1e-9
+
+
+def test_worst_case_is_infinite_where_something_is_released_unprotected():
+    emb = _emb()
+    assert math.isinf(make_mechanism("santext", emb, 1.0, oov="unk").guarantee.worst_case_epsilon)
+    assert math.isinf(make_mechanism("santext", emb, 1.0, oov="keep").guarantee.worst_case_epsilon)
+    assert math.isinf(make_mechanism("santext+", emb, 1.0, w=0.9, p=0.3).guarantee.worst_case_epsilon)
+    assert math.isfinite(make_mechanism("fbdd", emb, 1.0).guarantee.worst_case_epsilon)
+
+
+def test_text_is_nfc_normalised_before_tokenizing():
+    from textdp.embeddings import Embeddings
+
+    emb = Embeddings(["café", "tea"], np.array([[0, 1], [1, 0]], dtype=np.float32), source="t", kind="word",
+                     lowercase=True)
+    m = make_mechanism("santext", emb, 1e6, oov="keep", rng=0)  # huge eps: in-vocabulary words come back
+    nfd = "cafe\u0301 tea"
+    out = m.sanitize([nfd])[0]
+    assert out == "café tea" and "\u0301" not in out
+    assert m.tokenize([nfd]).rows.tolist() == m.tokenize(["café tea"]).rows.tolist()

@@ -76,7 +76,7 @@ def test_cli_wordpiece_mode(tmp_path, minilm):
                                  "-o", str(out), "--json", "--no-ledger"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout[r.stdout.index("{"):])
-    assert summary["documents"] == len(DOCS) and summary["tokens"] > 40
+    assert summary["private"]["documents"] == len(DOCS) and summary["private"]["tokens"] > 40
     got, col = io.read_table(out)
     assert got["id"].astype(str).tolist() == [str(i) for i in range(len(DOCS))]
     for doc in got[col]:
