@@ -41,7 +41,7 @@ def main():
     from textdp.topics.privacy import reconstruct_corpus, rr_encode, rr_estimate, rr_variance
 
     ds = load_dataset("20newsgroups")
-    train = Corpus.from_texts(ds.train.text.tolist(), min_count=5)
+    train = Corpus.from_texts(ds.train.text.tolist(), min_count=5, vocabulary="corpus")  # as lda/tomotopy users do
     test_texts = ds.test.text.tolist()
     if n_test:
         test_texts = test_texts[:n_test]
