@@ -6,7 +6,7 @@ randomized response) and OLP-LDA (online local, Bayesian denoising).
 Quick start::
 
     from textdp.topics import Corpus, LDA, HDPLDA
-    corpus = Corpus.from_texts(texts, min_count=5)
+    corpus = Corpus.from_texts(texts)   # the public vocabulary wordfreq-en-20k (vocabulary="corpus": not covered)
     model = LDA(n_topics=20, alpha=0.1, beta=0.01, iterations=200, seed=0).fit(corpus)
     model.top_words(10); model.perplexity(test_texts); model.save("my-model")
 
@@ -33,6 +33,7 @@ from textdp.topics.privacy import (
 )
 from textdp.topics.private import HDPLDA, LPLDA, OLPLDA, laplace_composition
 from textdp.topics.tradeoff import plot_privacy_utility, privacy_utility
+from textdp.topics.vocabulary import Vocabulary, public_vocabulary, read_vocabulary
 
 __all__ = [
     "Corpus", "tokenize", "LDA", "GibbsState", "TopicModel", "load_model", "HDPLDA", "LPLDA", "OLPLDA",
@@ -40,6 +41,7 @@ __all__ = [
     "cgs_inherent_epsilon", "InherentPrivacy", "InherentPrivacyMonitor", "DataDependentPrivacyWarning",
     "lp_epsilon", "flip_for_epsilon", "rr_encode", "rr_estimate", "rr_variance", "reconstruct_corpus",
     "bayes_denoise", "laplace_composition", "PRIVACY_METHODS", "privacy_utility", "plot_privacy_utility",
+    "Vocabulary", "public_vocabulary", "read_vocabulary",
 ]
 
 PRIVACY_METHODS = ("none", "hdp", "lp", "olp")
