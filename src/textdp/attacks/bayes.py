@@ -33,6 +33,14 @@ scale is fitted to pairs simulated with the public mechanism (see its docstring)
 
 Scores are streamed over input blocks while a running top-k is kept per observed
 output, so memory is ``O(block · |Y_obs| + k · |Y_obs|)``.
+
+The exact optimum (:func:`bayes_optimum`) and the exact expected success of any
+decision prior (:func:`expected_success`) stream the channel's full rows over
+blocks of inputs with a running top-k per output (memory ``O(block · |Y| + k · |Y|)``,
+never an inputs × outputs matrix). They are the one place textdp computes these
+numbers: the evaluation reports them, and later capabilities (reconstruction
+bounds, comparisons at equal privacy) call them. A fitted textdp sanitizer can be
+passed directly (:class:`MechanismChannel`: rows from ``mech.probabilities``).
 """
 
 from __future__ import annotations
@@ -50,10 +58,17 @@ __all__ = [
     "MatrixChannel",
     "ExponentialChannel",
     "NoisyNearestChannel",
+    "MechanismChannel",
     "word_prior",
     "BayesInversion",
     "BayesResult",
+    "BayesSuccess",
+    "bayes_optimum",
+    "expected_success",
 ]
+
+#: memory budget of one block of channel rows in :func:`bayes_optimum` / :func:`expected_success`
+DEFAULT_BLOCK_BYTES = 32 * 2**20
 
 
 class Channel:
@@ -96,6 +111,10 @@ class Channel:
             out[ids] = np.exp(self.log_prob_block(ids, all_out))
         return out
 
+    def prob_rows(self, input_ids: np.ndarray) -> np.ndarray:
+        """``p(· | x)`` over every output: float64 ``(len(input_ids), len(outputs))``."""
+        return np.exp(self.log_prob_block(np.asarray(input_ids, dtype=np.int64), np.arange(len(self.outputs))))
+
     def sample(self, input_ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Draw one output per input id (used for tests and N_w/S_w); returns output ids."""
         input_ids = np.asarray(input_ids, dtype=np.int64)
@@ -135,6 +154,46 @@ class MatrixChannel(Channel):
 
     def log_prob_block(self, input_ids, output_ids):
         return self._logP[np.ix_(np.asarray(input_ids), np.asarray(output_ids))]
+
+    def prob_rows(self, input_ids):
+        return self.P[np.asarray(input_ids, dtype=np.int64)]
+
+
+class MechanismChannel(Channel):
+    """A fitted textdp token sanitizer's exact law as a channel.
+
+    ``mech``: any object with ``probabilities(words) -> float64 (k, V_out)`` and
+    ``output_words`` (SanText, SanText+; the law its sampler really draws from, see
+    :mod:`textdp.sanitize.mechanisms`); ``inputs``: the hypothesis space (words the
+    mechanism accepts as input; default ``mech.output_words``). Rows come from
+    ``mech.probabilities`` (full rows; :meth:`log_prob_block` selects columns, so
+    prefer :class:`ExponentialChannel` for attacks on a few observed outputs).
+    Mechanisms without a closed form (FBDD, ``exact_probabilities = False``) are
+    refused: wrap ``mech.estimate_probabilities`` in a :class:`MatrixChannel`
+    instead (it is then an estimate).
+    """
+
+    def __init__(self, mech, inputs: Sequence[str] | None = None, name: str | None = None):
+        if not getattr(mech, "exact_probabilities", True) or not hasattr(mech, "probabilities"):
+            raise ParameterError(f"{getattr(mech, 'name', type(mech).__name__)} has no closed-form output "
+                                 "distribution; pass a Channel (e.g. a MatrixChannel of estimate_probabilities)")
+        self.mech = mech
+        self.outputs = list(mech.output_words)
+        self.inputs = list(self.outputs if inputs is None else inputs)
+        self.name = name or getattr(mech, "name", type(mech).__name__.lower())
+        self.exact = True
+
+    def prob_rows(self, input_ids):
+        ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
+        P = np.asarray(self.mech.probabilities([self.inputs[i] for i in ids.tolist()]), dtype=np.float64)
+        if P.shape != (len(ids), len(self.outputs)):
+            raise ParameterError(f"mech.probabilities returned shape {P.shape}, expected "
+                                 f"({len(ids)}, {len(self.outputs)})")
+        return P
+
+    def log_prob_block(self, input_ids, output_ids):
+        with np.errstate(divide="ignore"):
+            return np.log(self.prob_rows(input_ids)[:, np.asarray(output_ids, dtype=np.int64)])
 
 
 def _sq_dists(A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -443,22 +502,185 @@ class BayesInversion:
         )
 
     def expected_success(self, input_weights: np.ndarray, k: int = 1) -> float:
-        """Exact expected top-``k`` success when originals are drawn from ``input_weights``
-        (``(n_inputs,)``, normalised here): ``Σ_y Σ_{x∈T_k(y)} w(x) p(y|x)``.
+        """Exact expected top-``k`` success of this attack (its prior, its channel) when
+        originals are drawn from ``input_weights`` (``(n_inputs,)``, normalised here):
+        ``Σ_y Σ_{x∈T_k(y)} w(x) p(y|x)``. Streams every output in blocks
+        (:func:`expected_success`); equals :func:`bayes_optimum` when the prior is ``w``."""
+        res = expected_success(self.channel, input_weights, self.log_prior, k=k)
+        return res.top1 if k == 1 else res.topk
 
-        Enumerates every output (small channels: tests and audits)."""
-        w = np.asarray(input_weights, dtype=np.float64)
-        w = w / w.sum()
-        k_out = len(self.channel.outputs)
-        saved = self.k
-        self.k = min(k, len(self.channel.inputs))
-        try:
-            top = self.topk_for_outputs(np.arange(k_out))  # (K_out, k)
-        finally:
-            self.k = saved
+
+# --------------------------------------------------------------------------- exact success
+@dataclass
+class BayesSuccess:
+    """Exact expected success of an attacker who sees one sanitized token.
+
+    ``top1`` / ``topk``: probabilities in [0, 1] (the expected share of tokens whose
+    true word is the guess / among the ``k`` guesses) when the original ``x`` is drawn
+    from the prior ``π`` (normalised over the channel's inputs) and the output from
+    ``p(·|x)``. ``n_inputs``: hypotheses scanned; ``n_outputs``: outputs summed over;
+    ``skipped_mass``: share of the prior's mass on words outside the channel's inputs
+    (out-of-vocabulary words: left out and the rest renormalised, as
+    :meth:`BayesInversion.attack` skips such tokens); ``exact``: the channel is the
+    mechanism's exact law (False for FBDD's approximation).
+    """
+
+    top1: float
+    topk: float
+    k: int
+    n_inputs: int
+    n_outputs: int
+    skipped_mass: float = 0.0
+    exact: bool = True
+
+    def to_dict(self, prefix: str = "bayes_optimum") -> dict:
+        return {f"{prefix}_top1": self.top1, f"{prefix}_top{self.k}": self.topk}
+
+
+def _as_channel(channel, prior, extra_inputs: bool = False) -> Channel:
+    """``channel`` itself, or a :class:`MechanismChannel` over the prior's in-vocabulary words
+    (plus the output vocabulary when ``extra_inputs``) for a fitted sanitizer."""
+    if isinstance(channel, Channel):
+        return channel
+    if not hasattr(channel, "probabilities") or not hasattr(channel, "output_words"):
+        raise ParameterError(f"expected a Channel or a fitted textdp sanitizer, got {type(channel).__name__}")
+    if not isinstance(prior, Mapping):
+        return MechanismChannel(channel)  # an array prior is over mech.output_words
+    words = [w for w, c in prior.items() if float(c) > 0]
+    if hasattr(channel, "input_rows") and words:
+        words = [w for w, r in zip(words, channel.input_rows(words).tolist()) if r >= 0]
+    if extra_inputs:
+        have = set(words)
+        words = [w for w in channel.output_words if w not in have] + words
+    return MechanismChannel(channel, inputs=words)
+
+
+def _prior_weights(channel: Channel, prior) -> tuple[np.ndarray, float]:
+    """``(n_inputs,)`` weights normalised over the channel's inputs, and the share of the
+    prior's mass outside them."""
+    n = len(channel.inputs)
+    if isinstance(prior, Mapping):
+        idx = channel.input_index()
+        w = np.zeros(n)
         total = 0.0
-        for y in range(k_out):
-            xs = top[y]
-            lp = self.channel.log_prob_block(xs, np.array([y]))[:, 0]
-            total += float((w[xs] * np.exp(lp)).sum())
-        return total
+        for word, c in prior.items():
+            c = float(c)
+            if not (c >= 0 and math.isfinite(c)):
+                raise ParameterError(f"prior weight of {word!r} must be finite and >= 0, got {c!r}")
+            total += c
+            j = idx.get(word)
+            if j is not None:
+                w[j] += c
+    else:
+        w = np.array(prior, dtype=np.float64).reshape(-1)
+        if w.shape != (n,):
+            raise ParameterError(f"prior has shape {w.shape}, expected ({n},) (one weight per channel input)")
+        if not (np.isfinite(w).all() and (w >= 0).all()):
+            raise ParameterError("prior weights must be finite and >= 0")
+        total = float(w.sum())
+    inside = float(w.sum())
+    if inside <= 0:
+        raise InputError("the prior puts no mass on the channel's inputs (no word can be attacked)")
+    return w / inside, 1.0 - inside / total
+
+
+def _stream_success(channel: Channel, value_w: np.ndarray, k: int, block_bytes: int,
+                    score_lp: np.ndarray | None = None) -> tuple[float, float, int]:
+    """Σ_y of ``value_w(x)·p(y|x)`` over the top-1 / top-k inputs ``x`` by score
+    ``p(y|x)·exp(score_lp(x))`` (``score_lp`` None: the score is the value itself, the
+    optimum), streamed over input blocks; inputs with zero weight (score_lp = −∞) are never
+    guessed. Scores are compared in linear scale (the prior shifted so that its largest
+    weight is 1). Top-1 ties go to the lowest input index; which of several inputs tied at
+    the k-th place enters the top-k is unspecified (as in BayesInversion)."""
+    m = len(channel.outputs)
+    if score_lp is None:
+        ids_all, rho = np.flatnonzero(value_w > 0), None
+    else:
+        ids_all = np.flatnonzero(np.isfinite(score_lp))
+        rho = np.zeros(len(score_lp))
+        if len(ids_all):
+            rho[ids_all] = np.exp(score_lp[ids_all] - score_lp[ids_all].max())
+    kk = max(1, min(int(k), len(ids_all)))
+    rows = max(1, int(block_bytes) // (8 * max(m, 1) * 4))
+    b1_s, b1_v = np.full(m, -1.0), np.zeros(m)
+    bk_s, bk_v = np.full((kk, m), -1.0), np.zeros((kk, m))
+    for s in range(0, len(ids_all), rows):
+        ids = ids_all[s:s + rows]
+        P = np.asarray(channel.prob_rows(ids), dtype=np.float64)
+        V = P * value_w[ids, None]
+        S = V if rho is None else P * rho[ids, None]
+        m1 = S.max(axis=0)
+        c = np.flatnonzero(m1 > b1_s)  # strictly better: earlier blocks (lower indices) win ties
+        if len(c):
+            b1_s[c] = m1[c]
+            # the value of the first (lowest index) of tied maxima
+            b1_v[c] = m1[c] if rho is None else V[S[:, c].argmax(axis=0), c]
+        if kk > 1:  # merge only the columns where this block beats the current k-th best
+            c = np.flatnonzero((S > bk_s.min(axis=0)).any(axis=0))
+            if len(c):
+                cs, cv = np.concatenate([bk_s[:, c], S[:, c]]), np.concatenate([bk_v[:, c], V[:, c]])
+                part = np.argpartition(cs, cs.shape[0] - kk, axis=0)[-kk:]
+                bk_s[:, c], bk_v[:, c] = np.take_along_axis(cs, part, 0), np.take_along_axis(cv, part, 0)
+    top1 = float(b1_v.sum())
+    topk = float(bk_v.sum()) if kk > 1 else top1
+    return min(top1, 1.0), min(topk, 1.0), len(ids_all)
+
+
+def bayes_optimum(channel, prior, k: int = 5, *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> BayesSuccess:
+    """The exact optimum of any attacker who sees one sanitized token and guesses its original.
+
+    top-1: ``Σ_y max_x π(x)·p(y|x)``; top-k: ``Σ_y`` (sum of the k largest ``π(x)·p(y|x)``
+    over ``x``). No rule that sees only ``y`` does better (Bayes decision theory, 0-1
+    loss); :class:`BayesInversion` with prior ``π`` attains it.
+
+    ``channel``: a :class:`Channel` (inputs = hypothesis space) or a fitted textdp
+    sanitizer with ``probabilities(words) -> float64 (k, V_out)`` (then a
+    :class:`MechanismChannel` over the prior's in-vocabulary words is built; rows from
+    ``mech.probabilities``, the law the sampler really draws from).
+    ``prior``: ``π`` as a mapping word → non-negative weight (e.g. token counts of the
+    attacked text; normalised here) or a ``(n_inputs,)`` weight array over
+    ``channel.inputs`` (over ``mech.output_words`` for a sanitizer). Prior words outside
+    the channel's inputs (out of vocabulary) are left out and the rest renormalised, as
+    :meth:`BayesInversion.attack` skips such tokens; their share is ``skipped_mass``.
+    ``k``: size of the guess list for ``topk``. ``block_bytes``: memory of one block of
+    channel rows (blocks of ``block_bytes / (32·|Y|)`` inputs; memory ``O(block·|Y| + k·|Y|)``).
+
+    Returns :class:`BayesSuccess` (probabilities in [0, 1], per attacked token). Cost:
+    one pass over ``|supp π| × |Y|`` channel entries.
+    """
+    ch = _as_channel(channel, prior)
+    w, skipped = _prior_weights(ch, prior)
+    top1, topk, n = _stream_success(ch, w, k, block_bytes)
+    return BayesSuccess(top1, topk, int(k), n, len(ch.outputs), skipped, bool(getattr(ch, "exact", True)))
+
+
+def expected_success(channel, prior, decision_prior=None, k: int = 5, *,
+                     block_bytes: int = DEFAULT_BLOCK_BYTES) -> BayesSuccess:
+    """Exact expected success of the MAP attack with decision prior ``ρ`` when originals
+    follow ``π``: ``Σ_x π(x) Σ_y p(y|x)·1[x ∈ T_k(y)]``, ``T_k(y)`` the k inputs with the
+    largest ``ρ(x')·p(y|x')`` (``T_1(y) = argmax``, ties to the lowest input index).
+
+    ``channel``, ``prior`` (``π``), ``k``, ``block_bytes``: as :func:`bayes_optimum`;
+    for a sanitizer the hypothesis space is ``mech.output_words`` plus the prior's other
+    in-vocabulary words. ``decision_prior`` (``ρ``): ``(n_inputs,)`` log-probabilities
+    over ``channel.inputs`` (as :class:`BayesInversion` takes), a :func:`word_prior`
+    source (``"wordfreq"``, ``"uniform"``, a word → count mapping, add-1 smoothed), or
+    ``None`` for ``ρ = π`` (the optimum). Inputs with ``ρ = 0`` are never guessed.
+    Always ``<=`` :func:`bayes_optimum` with the same ``π``. Cost: one pass over
+    ``|{x: ρ(x) > 0}| × |Y|`` channel entries.
+    """
+    if decision_prior is None:
+        return bayes_optimum(channel, prior, k, block_bytes=block_bytes)
+    ch = _as_channel(channel, prior, extra_inputs=True)
+    w, skipped = _prior_weights(ch, prior)
+    n = len(ch.inputs)
+    if isinstance(decision_prior, (str, Mapping)):
+        lp = word_prior(ch.inputs, decision_prior)
+    else:
+        lp = np.asarray(decision_prior, dtype=np.float64).reshape(-1)
+        if lp.shape != (n,):
+            raise ParameterError(f"decision prior has shape {lp.shape}, expected ({n},)")
+        if np.isnan(lp).any() or (lp == np.inf).any():
+            raise ParameterError("decision prior must be log-probabilities (no NaN or +inf)")
+    top1, topk, n_h = _stream_success(ch, w, k, block_bytes, score_lp=lp)
+    return BayesSuccess(top1, topk, int(k), n_h, len(ch.outputs), skipped, bool(getattr(ch, "exact", True)))

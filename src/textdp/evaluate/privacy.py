@@ -10,6 +10,9 @@ sanitizer, the mask-token inference attack, and N_w / S_w.
 * :func:`channel_for` -- the exact channel of a fitted SanText / SanText+ (and the
   approximate FBDD channel) over its output vocabulary, for
   :class:`textdp.attacks.bayes.BayesInversion`.
+* :func:`bayes_attack` -- that inversion on the aligned tokens, with the informed prior
+  by default (the evaluated text's own token distribution), next to the exact optimum
+  (:func:`textdp.attacks.bayes.bayes_optimum`).
 * :func:`mask_token_attack` -- SanText's mask-token inference (Yue et al. 2021,
   §5.3; spec A.8.1): mask each sanitized position, let an MLM predict it from the
   sanitized context, success when the prediction equals the *original* token;
@@ -25,11 +28,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from textdp.attacks.bayes import BayesInversion, Channel, ExponentialChannel, NoisyNearestChannel, word_prior
-from textdp.errors import InputError
+from textdp.attacks.bayes import (BayesInversion, Channel, ExponentialChannel, NoisyNearestChannel, bayes_optimum,
+                                  word_prior)
+from textdp.errors import InputError, ParameterError
 
 __all__ = ["aligned_tokens", "AlignedTokens", "channel_for", "bayes_attack", "mask_token_attack",
-           "deniability_summary"]
+           "deniability_summary", "token_counts", "PRIORS"]
+
+#: priors of the Bayes attack: ``informed`` (default) is the token distribution of the evaluated
+#: text itself, the attacker who knows the distribution the tokens are drawn from (that attack is
+#: the optimum); ``wordfreq`` (general-English word frequencies) and ``uniform`` are weaker attackers
+PRIORS = ("informed", "wordfreq", "uniform")
 
 
 @dataclass
@@ -80,27 +89,56 @@ def aligned_tokens(mech, clean: Sequence[str], sanitized: Sequence[str]) -> Alig
 
 
 def channel_for(mech, block: int = 1024, n_calibration: int = 1500,
-                rng: np.random.Generator | None = None) -> Channel:
-    """The channel ``p(y|x)`` of a fitted textdp sanitizer over its output vocabulary
-    (inputs = outputs = ``mech.output_words``): exact for SanText and SanText+
-    (checked against ``mech.probabilities`` in the tests); for FBDD an exponential-family
-    approximation calibrated on ``n_calibration`` simulated draws (attacker-side simulation
-    of the public mechanism; ``rng`` drives it)."""
+                rng: np.random.Generator | None = None, inputs=None) -> Channel:
+    """The channel ``p(y|x)`` of a fitted textdp sanitizer: outputs ``mech.output_words``,
+    inputs (the attacker's hypothesis space) ``inputs`` (words with an embedding; default
+    the output words). Exact for SanText and SanText+ (checked against
+    ``mech.probabilities`` in the tests; for SanText+ an input outside the output
+    vocabulary is sensitive, as in the mechanism); for FBDD an exponential-family
+    approximation calibrated on ``n_calibration`` simulated draws from random inputs
+    (attacker-side simulation of the public mechanism; ``rng`` drives it)."""
     words = mech.output_words
-    rows = mech.output_rows
-    vec = np.asarray(mech.embeddings.vectors[rows], dtype=np.float64)
+    vec = np.asarray(mech.embeddings.vectors[mech.output_rows], dtype=np.float64)
+    if inputs is None:
+        in_words, in_rows, in_vec = words, mech.output_rows, vec
+    else:
+        in_words = list(inputs)
+        in_rows = mech.input_rows(in_words)
+        if (in_rows < 0).any():
+            bad = in_words[int(np.flatnonzero(in_rows < 0)[0])]
+            raise ParameterError(f"channel inputs need an embedding; {bad!r} has none")
+        in_vec = np.asarray(mech.embeddings.vectors[in_rows], dtype=np.float64)
     name = getattr(mech, "name", type(mech).__name__.lower())
     eta = float(getattr(mech, "eta", 0.0) or 0.0)  # uniform share of the float-safe sampler, if any
     if name == "fbdd":
-        # the attacker simulates the public mechanism on random vocabulary words to calibrate
+        # the attacker simulates the public mechanism on random input words to calibrate
         g = rng if rng is not None else np.random.default_rng(0)
-        xi = g.integers(0, len(words), size=min(n_calibration, 50 * len(words)))
-        yi = mech.output_positions(mech.sample_rows(rows[xi], g))
-        return NoisyNearestChannel(words, vec, words, vec, mech.epsilon, block=block, calibration=(xi, yi))
+        xi = g.integers(0, len(in_words), size=min(n_calibration, 50 * len(in_words)))
+        yi = mech.output_positions(mech.sample_rows(in_rows[xi], g))
+        return NoisyNearestChannel(in_words, in_vec, words, vec, mech.epsilon, block=block, calibration=(xi, yi))
     if name == "santext+":
-        return ExponentialChannel(words, vec, words, vec, mech.epsilon, sensitive=mech.sensitive_words,
+        sens = set(mech.sensitive_words)
+        if inputs is not None:
+            sens.update(w for w, s in zip(in_words, mech.is_sensitive(in_rows).tolist()) if s)
+        return ExponentialChannel(in_words, in_vec, words, vec, mech.epsilon, sensitive=sens,
                                   p=mech.p, block=block, name="santext+", eta=eta)
-    return ExponentialChannel(words, vec, words, vec, mech.epsilon, block=block, name=name, eta=eta)
+    return ExponentialChannel(in_words, in_vec, words, vec, mech.epsilon, block=block, name=name, eta=eta)
+
+
+def token_counts(mech, aligned: AlignedTokens) -> dict[str, int]:
+    """Counts of the original tokens of ``aligned`` that have an embedding (the words the
+    mechanism's channel covers; out-of-vocabulary tokens are left out, as the attack skips
+    them), most frequent first (ties in order of first occurrence). Normalised, this is
+    the informed attacker's prior: the real token distribution of the evaluated text."""
+    orig, _ = aligned.flat()
+    if not orig:
+        return {}
+    ok = mech.input_rows(orig) >= 0
+    c: dict[str, int] = {}
+    for w, good in zip(orig, ok.tolist()):
+        if good:
+            c[w] = c.get(w, 0) + 1
+    return dict(sorted(c.items(), key=lambda kv: -kv[1]))
 
 
 def _subset(n: int, limit: int | None, rng: np.random.Generator | None) -> np.ndarray | None:
@@ -113,23 +151,63 @@ def _subset(n: int, limit: int | None, rng: np.random.Generator | None) -> np.nd
     return np.sort(g.choice(n, size=limit, replace=False))
 
 
-def bayes_attack(mech, aligned: AlignedTokens, prior="wordfreq", k: int = 5, max_tokens: int | None = 10000,
-                 rng: np.random.Generator | None = None, channel: Channel | None = None) -> dict:
+def bayes_attack(mech, aligned: AlignedTokens, prior="informed", k: int = 5, max_tokens: int | None = 10000,
+                 rng: np.random.Generator | None = None, channel: Channel | None = None,
+                 optimum: bool = True) -> dict:
     """Run :class:`BayesInversion` on aligned tokens (a random subset of at most
-    ``max_tokens`` tokens when given). ``prior``: ``"wordfreq"``, ``"uniform"`` or a
-    word→count mapping. Returns the :meth:`BayesResult.to_dict` entries."""
-    ch = channel or channel_for(mech, rng=rng)
+    ``max_tokens`` tokens when given) and compute the exact optimum.
+
+    ``prior``: ``"informed"`` (default: the token distribution of ``aligned``'s original
+    text, :func:`token_counts`; the attacker who knows the distribution the tokens are
+    drawn from, whose expected success is the optimum), ``"wordfreq"``, ``"uniform"`` or a
+    word→count mapping (add-1 smoothed). Hypothesis space: the text's in-vocabulary words
+    for ``informed``; otherwise the output vocabulary plus the text's other in-vocabulary
+    words (``channel``, if given, fixes it instead).
+
+    Returns the :meth:`BayesResult.to_dict` entries (``bayes_top1``, ``bayes_top{k}``: the
+    chosen prior's success measured on the sanitized tokens), ``bayes_prior``, and
+    ``bayes_optimum_top1`` / ``bayes_optimum_top{k}``: the exact optimum
+    ``Σ_y max_x π(x)·p(y|x)`` (:func:`textdp.attacks.bayes.bayes_optimum`) with ``π`` the
+    text's in-vocabulary token distribution and ``p`` the mechanism's exact law
+    (``mech.probabilities``); ``None`` when the mechanism has no closed-form law (FBDD)
+    or ``optimum=False``. Out-of-vocabulary tokens are skipped by both (``bayes_skipped``
+    counts them in the attacked subset)."""
     orig, san = aligned.flat()
     if not orig:
         raise InputError("no aligned tokens to attack (is the sanitized split empty?)")
+    counts = token_counts(mech, aligned)
+    if not counts:
+        raise InputError("no token can be attacked: no original is in the mechanism's vocabulary")
+    if isinstance(prior, str):
+        name = prior.strip().lower()
+        if name not in PRIORS:
+            raise ParameterError(f"unknown prior {prior!r}; use {', '.join(PRIORS)} or a word->count mapping")
+    else:
+        name = "corpus-counts"
+    if channel is not None:
+        ch = channel
+    else:
+        if name == "informed":
+            hyp = list(counts)
+        else:
+            out = mech.output_words
+            have = set(out)
+            hyp = out + [w for w in counts if w not in have]
+        ch = channel_for(mech, rng=rng, inputs=hyp)
+    log_prior = word_prior(ch.inputs, counts, smoothing=0.0) if name == "informed" else word_prior(ch.inputs, prior)
     pick = _subset(len(orig), max_tokens, rng)
     if pick is not None:
         orig = [orig[i] for i in pick]
         san = [san[i] for i in pick]
-    atk = BayesInversion(ch, word_prior(ch.inputs, prior), k=k)
-    res = atk.attack(orig, san)
+    res = BayesInversion(ch, log_prior, k=k).attack(orig, san)
     d = res.to_dict()
-    d["bayes_prior"] = prior if isinstance(prior, str) else "corpus-counts"
+    d["bayes_prior"] = name
+    d["bayes_optimum_top1"] = d[f"bayes_optimum_top{res.k}"] = None
+    if optimum and getattr(mech, "exact_probabilities", True) and getattr(ch, "exact", True):
+        if channel is not None:  # the population the given channel can attack
+            idx = ch.input_index()
+            counts = {w: c for w, c in counts.items() if w in idx}
+        d.update(bayes_optimum(mech, counts, k=res.k).to_dict("bayes_optimum"))
     return d
 
 
