@@ -46,6 +46,22 @@ def test_utility_and_bayes_success_grow_with_epsilon(sweep):
     assert all(y >= x - 0.01 for x, y in zip(b, b[1:])) and b[-1] > 0.8 > 0.1 > b[0], b
 
 
+def test_default_informed_attack_reaches_the_exact_optimum(sweep):
+    res, out, cfg = sweep
+    assert cfg.prior == "informed"
+    for eps in EPS:
+        r = _row(res.rows, eps)
+        assert r.bayes_prior == "informed"
+        opt, n = r.bayes_optimum_top1, r.bayes_tokens
+        # measured on a sample of the sanitized tokens: within a 99.9 % binomial interval of its expectation
+        assert abs(r.bayes_top1 - opt) <= 3.29 * np.sqrt(opt * (1 - opt) / n) + 1e-9, (eps, r.bayes_top1, opt)
+        assert r.bayes_optimum_top5 >= opt
+    html = (out / "report.html").read_text("utf-8")
+    assert "bayes_optimum_top1" in html and "informed" in html
+    data = json.loads((out / "results.json").read_text())
+    assert all("bayes_optimum_top1" in x for x in data["results"])
+
+
 def test_bayes_at_tiny_epsilon_is_no_better_than_the_prior(sweep):
     r = _row(sweep[0].rows, 0.001)
     # the attack reduces to guessing the prior's mode: identical on the same tokens
@@ -84,12 +100,19 @@ def test_channel_matches_mechanism_probabilities():
 
     texts = ["a good film , a great movie", "the bad , awful plot of the film", "good acting and a bad script"]
     for name, kw in (("santext", {}), ("santext+", {"w": 0.5, "p": 0.3})):
-        mech = make_mechanism(name, "glove-6b-50d", 2.0, rng=0, **kw).fit(texts)
+        mech = make_mechanism(name, "glove-6b-50d", 2.0, rng=0, output_vocabulary="corpus", **kw).fit(texts)
         ch = channel_for(mech)
         words = mech.output_words
         P = mech.probabilities(words)
         Q = ch.prob_matrix()
         np.testing.assert_allclose(Q, P, rtol=1e-6, atol=1e-12)
+        # inputs outside the output vocabulary (as with a public vocabulary): still the mechanism's law
+        out = [w for w in words if w not in ("awful", "script")] + ["movies", "cinema"]
+        mech = make_mechanism(name, "glove-6b-50d", 2.0, rng=0, output_vocabulary=out, **kw).fit(texts)
+        inputs = ["awful", "script", "good", "the", "film"]
+        ch = channel_for(mech, inputs=inputs)
+        assert ch.outputs == mech.output_words and ch.inputs == inputs
+        np.testing.assert_allclose(ch.prob_matrix(), mech.probabilities(inputs), rtol=1e-6, atol=1e-12)
 
 
 def test_fbdd_calibrated_channel_beats_uncalibrated_on_heavy_noise():
@@ -164,6 +187,8 @@ def test_cli_end_to_end_with_mask_attack(tmp_path, monkeypatch):
                                      "--seed", "0", "--quiet", "--overwrite"], env={"COLUMNS": "80"})
     assert again.exit_code == 0, again.output  # the terminal table: readable at 80 columns, nothing cut
     assert "…" not in again.stdout and "santext" in again.stdout and "fbdd" in again.stdout
+    assert "opt" in again.stdout  # the exact optimum next to the attack
+    assert rows["santext"]["bayes_optimum_top1"] is not None and rows["fbdd"]["bayes_optimum_top1"] is None
     assert max(len(line) for line in again.stdout.splitlines()) <= 80
     bad = CliRunner().invoke(app, ["evaluate", "--mechanisms", "rot13", "-o", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "unknown mechanism" in bad.output
