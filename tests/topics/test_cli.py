@@ -117,21 +117,37 @@ def test_unknown_dataset_names_the_built_in_ones(tmp_path):
 
 
 def test_evaluate_file_trained_model_requires_held_out_input(corpus_file, tmp_path):
-    out = tmp_path / "model"
+    """The model's files do not name its training file; the budget ledger (the curator's) does the check."""
+    out, led = tmp_path / "model", tmp_path / "ledgers"
     r = _run("topics", "train", corpus_file, "--k", 3, "-i", 5, "--vocabulary", _vocab(corpus_file), "--seed", 0,
-             "-o", out, "--no-ledger", "-q")
+             "-o", out, "--ledger-dir", led, "-q")
     assert r.exit_code == 0, r.output
     r = _run("topics", "evaluate", out, "-i", 3, "--burn-in", 1)  # no INPUT: the training file is not held out
     assert r.exit_code == 2, r.output
     assert "give held-out documents as INPUT" in r.output and "perplexity" not in r.output
-    r = _run("topics", "evaluate", out, corpus_file, "-i", 3, "--burn-in", 1, "--seed", 0)
+    assert corpus_file.name not in r.output  # the model does not know it
+    r = _run("topics", "evaluate", out, corpus_file, "-i", 3, "--burn-in", 1, "--seed", 0, "--ledger-dir", led)
+    assert r.exit_code == 2 and "is the file the model was trained on" in r.output, r.output
+    assert "perplexity" not in r.output
+    copy = tmp_path / "renamed.txt"  # the ledger goes by content: a copy under another name is refused too
+    copy.write_bytes(corpus_file.read_bytes())
+    r = _run("topics", "evaluate", out, copy, "-i", 3, "--burn-in", 1, "--ledger-dir", led)
     assert r.exit_code == 2 and "is the file the model was trained on" in r.output, r.output
     held = tmp_path / "held.txt"  # held-out documents from the same topics (another seed)
     hc, _ = synthetic(M=20, L=30, seed=5)
     held.write_text("\n".join(" ".join(hc.vocabulary[i] for i in d) for d in hc.documents()) + "\n", "utf-8")
-    r = _run("topics", "evaluate", out, held, "-i", 3, "--burn-in", 1, "--seed", 0)  # -i like train/tradeoff
+    r = _run("topics", "evaluate", out, held, "-i", 3, "--burn-in", 1, "--seed", 0, "--ledger-dir", led)
     assert r.exit_code == 0, r.output
     assert f"3 sweeps, burn-in 1) on {held}: " in r.output
+    # another model trained on the same file with other parameters is not this model's release
+    other = tmp_path / "other"
+    r = _run("topics", "train", corpus_file, "--k", 2, "-i", 2, "--vocabulary", _vocab(corpus_file), "-o", other,
+             "--no-ledger", "-q")
+    assert r.exit_code == 0, r.output
+    r = _run("topics", "evaluate", other, corpus_file, "-i", 2, "--burn-in", 1, "--ledger-dir", led,
+             "--no-coherence")  # trained with --no-ledger: nothing to check, and the note says so
+    assert r.exit_code == 0, r.output
+    assert "records no release of this model" in r.output and "--no-ledger" in r.output
 
 
 def test_evaluate_builtin_model_uses_and_names_the_test_split(tmp_path):

@@ -278,3 +278,50 @@ def test_evaluate_says_held_out_words_outside_the_vocabulary_are_dropped(neighbo
     assert r.exit_code == 0, r.output
     out = " ".join(r.output.split())
     assert "outside the model's vocabulary (20000 words) are dropped" in out and ": 2 of " in out
+
+
+# -- the training file's name and path are the curator's, not part of the release -----------------------------
+def test_released_files_name_no_training_file_but_a_builtin_dataset(neighbours, tmp_path):
+    from textdp.topics.model import FILE_INPUT
+
+    folder = tmp_path / "curator-private-dir-8093"
+    folder.mkdir()
+    src = folder / "patients-ward7-4711.txt"  # names that occur nowhere else
+    src.write_bytes(neighbours[0].read_bytes())
+    out = folder / "released"  # next to the input: the card does not carry the folder either
+    led = tmp_path / "ledgers"
+    assert _run("budget", "set", src, "--epsilon", 1, "--ledger-dir", led).exit_code == 0
+    r = _run("topics", "train", src, "--k", 3, "-i", 3, "--seed", 0, "--privacy", "hdp", *MODES["hdp"], "-o", out,
+             "--ledger-dir", led, "-q", "--json", "--force")  # forced over the budget: the card states why
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["input"] == str(src)  # the curator's own summary keeps the path
+    needles = [src.name, src.stem, str(src), str(src.resolve()), folder.name, str(folder)]
+    files = _released_bytes(out)
+    assert {"model.json", "model.npz", "model.card.json"} <= set(files)
+    for name, data in files.items():
+        for needle in needles:
+            assert needle.encode() not in data, f"{needle!r} in {name}"
+    card = json.loads((out / "model.card.json").read_text("utf-8"))
+    meta = json.loads((out / "model.json").read_text("utf-8"))
+    assert card["data"]["input"] == meta["info"]["input"] == FILE_INPUT
+    assert card["output"] == "model.npz"
+    assert card["forced"] is True and "privacy budget of the dataset exceeded" in card["forced_reason"]
+    # a built-in dataset is public: its name stays
+    r = _run("topics", "train", "bbc-news", "--limit", 20, "--k", 2, "-i", 2, "--max-vocab", 300, "--seed", 0,
+             "-o", tmp_path / "bbc", "--no-ledger", "-q")
+    assert r.exit_code == 0, r.output
+    card = json.loads((tmp_path / "bbc" / "model.card.json").read_text("utf-8"))
+    meta = json.loads((tmp_path / "bbc" / "model.json").read_text("utf-8"))
+    assert card["data"]["input"] == meta["info"]["input"] == "bbc-news"
+
+
+def test_saving_a_model_never_writes_a_file_path_given_through_the_api(tmp_path):
+    from textdp.topics import TopicModel
+    from textdp.topics.model import FILE_INPUT
+
+    phi = np.full((2, 3), 1 / 3)
+    secret = str(tmp_path / "secret-input-5521.csv")
+    TopicModel(phi, ["aa", "bb", "cc"], alpha=0.1, beta=0.01, info={"input": secret}).save(tmp_path / "m")
+    for name, data in _released_bytes(tmp_path / "m").items():
+        assert b"secret-input-5521" not in data and str(tmp_path).encode() not in data, name
+    assert json.loads((tmp_path / "m" / "model.json").read_text("utf-8"))["info"]["input"] == FILE_INPUT

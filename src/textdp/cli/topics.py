@@ -168,7 +168,8 @@ def train_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Model folder (default ./NAME.PRIVACY.topics)."),
     ledger_dir: Optional[str] = typer.Option(None, "--ledger-dir", help="Folder of the budget ledgers."),
     no_ledger: bool = typer.Option(False, "--no-ledger", help="Do not record the release in the budget ledger."),
-    force: bool = typer.Option(False, "--force", help="Release even if it exceeds the dataset's budget (recorded as forced)."),
+    force: bool = typer.Option(False, "--force", help="Release even if the ledger refuses it (over the dataset's "
+                               "budget, a term without bound, or a currency no budget names); recorded as forced."),
     seed: Optional[int] = opt_seed(),
     overwrite: bool = opt_overwrite(),
     quiet: bool = opt_quiet(),
@@ -253,18 +254,29 @@ def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy
     bar, cb = _sweep_bar(quiet, total)
     with bar:
         model = trainer.fit(corpus, callback=cb)
-    model.info["input"] = name
+    from textdp.data.datasets import is_builtin
+    from textdp.topics.model import FILE_INPUT
+
+    # a built-in dataset's name is public; a file's name or path is the curator's: never in a released file
+    model.info["input"] = name if is_builtin(input) else FILE_INPUT
     reason = led.forced_reason(reservation) if led is not None else None
     if reason is not None:  # --force overrode a refusal: the saved card (and the ledger's copy) state it
+        if not is_builtin(input):  # the ledger's reason quotes the file's path: not on the card
+            reason = reason.replace(repr(led.dataset), "the dataset")
         plain_card = model.card
         model.card = lambda output=None: {**plain_card(output), "forced": True, "forced_reason": reason}
     model.save(out, overwrite=overwrite, inputs=in_paths)
     entry = None
     if led is not None:
+        import json
+
         from textdp.errors import BudgetExceededError
 
+        # the ledger keeps the very card that was written (same `created`): `topics evaluate` finds this
+        # release by it in the ledger of a file given as held-out INPUT
+        card = json.loads((out / "model.card.json").read_text("utf-8"))
         try:  # re-checked under the ledger lock: a parallel release may have spent the budget meanwhile
-            entry = led.record(model.guarantee, card=model.card(out / "model.npz"),
+            entry = led.record(model.guarantee, card=card,
                                input_path=input if Path(input).exists() else None,
                                command=f"topics train --privacy {privacy}", force=force, reservation=reservation)
         except BudgetExceededError:
@@ -359,13 +371,18 @@ def evaluate_command(
     top: int = typer.Option(10, "--top", help="Top words per topic for NPMI."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column holding the text (files)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N held-out documents."),
+    ledger_dir: Optional[str] = typer.Option(None, "--ledger-dir", help="Folder of the budget ledgers (as for "
+                                             "`topics train`): a file INPUT whose ledger records this model's "
+                                             "release is its training file and is refused."),
     seed: Optional[int] = opt_seed(),
     json_out: bool = opt_json(),
 ):
     """Held-out perplexity (fixed fold-in protocol) and NPMI coherence of a saved model.
 
     Held-out documents: INPUT, or the test split of the built-in dataset the model was trained
-    on; a model trained on a file needs INPUT (its training file is not held out).
+    on; a model trained on a file needs INPUT (its training file is not held out). The model's
+    files do not name a training file; a file INPUT is refused when its budget ledger records
+    this model's release (a model trained with --no-ledger cannot be checked).
     """
     from textdp.errors import InputError
     from textdp.topics import load_model
@@ -386,13 +403,12 @@ def evaluate_command(
     if not src:
         raise InputError("the model does not record its training input; give the held-out documents as INPUT")
     if input is None and not is_builtin(src):  # the training file is not held out: never label it so
-        raise InputError(f"the model was trained on the file {src!r}; give held-out documents as INPUT "
-                         f"(textdp topics evaluate {model_dir} HELD_OUT_FILE)")
+        raise InputError("the model was trained on a file (its name is not part of the release); give held-out "
+                         f"documents as INPUT (textdp topics evaluate {model_dir} HELD_OUT_FILE)")
     trained_on = model.info.get("input")
-    if input is not None and trained_on and not is_builtin(trained_on) and Path(input).exists() \
-            and Path(trained_on).exists() and Path(input).resolve() == Path(trained_on).resolve():
-        raise InputError(f"INPUT {input!r} is the file the model was trained on, not held-out data; give "
-                         "documents the model has not seen")
+    if input is not None and not is_builtin(input) and Path(input).is_file() \
+            and not (trained_on and is_builtin(trained_on)):
+        _refuse_training_file(model_dir, model, input, trained_on, ledger_dir)
     if is_builtin(src):
         held, _, name = _load_texts(src, "test", None, limit)
         split, label, coherence_on = "test", f"{name} (test split)", f"{name} (train split)"
@@ -425,6 +441,52 @@ def evaluate_command(
     if coherence:
         out_console.print(f"NPMI coherence (top {top}, mean over {model.n_topics} topics) on {coherence_on}: "
                           f"{res['npmi_mean']:.3f}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _refuse_training_file(model_dir: Path, model, input: str, trained_on, ledger_dir: Optional[str]) -> None:
+    """Raise InputError when the file ``input`` is the one the model was trained on.
+
+    The released files do not name a training file, so the check uses the budget ledger (the
+    curator's): ``input``'s ledger (found by its content hash, so a copy or a renamed file is found
+    too) holds a release whose card is the model's card (same ``created``, mechanism, parameters,
+    guarantee and randomness). A model trained with --no-ledger, or recorded in another ledger
+    folder, cannot be checked: one note line on stderr says so. Models saved before the
+    input's name left the release may still hold its path: that is compared as well.
+    """
+    from textdp.errors import InputError
+
+    refusal = (f"INPUT {input!r} is the file the model was trained on, not held-out data; give documents the "
+               "model has not seen")
+    if trained_on and Path(str(trained_on)).exists() and Path(input).resolve() == Path(str(trained_on)).resolve():
+        raise InputError(refusal)  # an older model that still names its training file
+    import json
+
+    from textdp.accounting.ledger import Ledger
+
+    keys = ("created", "mechanism", "parameters", "guarantee", "randomness")
+    try:
+        card = json.loads((Path(model_dir) / "model.card.json").read_text("utf-8"))
+        if not isinstance(card, dict) or not all(k in card for k in keys):
+            raise ValueError("not a card")
+    except (OSError, ValueError):  # no readable card: match what model.json holds (no time)
+        card = json.loads(json.dumps(model.card(), default=str))
+        keys = keys[1:]
+    try:
+        led = Ledger(input, ledger_dir)
+        releases = led.releases() if led.exists() else []
+    except (InputError, OSError) as exc:
+        releases, why = None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    else:
+        why = None
+    for e in releases or []:
+        c = e.get("card")
+        if isinstance(c, dict) and all(c.get(k) == card.get(k) for k in keys):
+            raise InputError(refusal + " (its budget ledger records this model's release)")
+    where = str(led.path.parent) if releases is not None else (ledger_dir or "the ledger folder")
+    note = (f"cannot read INPUT's budget ledger ({why}), so whether INPUT is the training file is not checked"
+            if releases is None else f"INPUT's budget ledger in {where} records no release of this model, so INPUT "
+            "is taken as held out (a model trained with --no-ledger or another --ledger-dir cannot be checked)")
+    err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
 
 
 @topics_app.command("export")

@@ -11,13 +11,18 @@ Saved format (a folder, open formats only):
   textdp version.
 * ``model.card.json``: the privacy card of ``model.npz`` (built with
   :func:`textdp.accounting.card.build_card`: mechanism, parameters, guarantee,
-  units, input name, vocabulary source, randomness, accounting, warnings, version, time).
+  units, input (a built-in dataset's name; for a file only :data:`FILE_INPUT`), vocabulary
+  source, randomness, accounting, warnings, version, time; ``output``: ``model.npz``, the
+  file beside it, without the folder's name or path).
 
 Everything written is part of the release, so no file holds an exact statistic of
 the private training input (documents, tokens, out-of-vocabulary tokens, timings,
 the log-likelihood of the true counts): those stay in :attr:`TopicModel.private`,
 which the CLI prints to the curator's terminal and :meth:`TopicModel.save` never
 writes. ``info`` is saved through the allow-list :data:`RELEASED_INFO_KEYS`. The
+training input is named only when it is a built-in (public) dataset; a file's name
+or path is the curator's and is written as :data:`FILE_INPUT` (the budget ledger,
+which is the curator's, keeps the file's content hash with the release's card). The
 released facts are parameters, public data (a public vocabulary, its size and
 hash) and values computed from the DP output (LP/OLP-LDA's reconstructed-corpus
 sizes and log-likelihood, from the randomized reports). A vocabulary built from the
@@ -48,18 +53,32 @@ from textdp.errors import InputError, OutputError, ParameterError
 from textdp.topics import evaluation as ev
 from textdp.topics.corpus import Corpus
 
-__all__ = ["TopicModel", "load_model", "FORMAT_VERSION", "RELEASED_INFO_KEYS"]
+__all__ = ["TopicModel", "load_model", "FORMAT_VERSION", "RELEASED_INFO_KEYS", "FILE_INPUT", "released_input"]
 
 FORMAT_VERSION = 1
 
-#: the keys of ``info`` that :meth:`TopicModel.save` writes (anything else stays in memory): the input's
-#: name, the preprocessing (parameters and the vocabulary's description) and, for LP/OLP-LDA only, the
-#: log-likelihood trace of CGS on the corpus reconstructed from the randomized reports (post-processing)
+#: the keys of ``info`` that :meth:`TopicModel.save` writes (anything else stays in memory): the input
+#: (:func:`released_input`: a built-in dataset's name, else :data:`FILE_INPUT`), the preprocessing
+#: (parameters and the vocabulary's description) and, for LP/OLP-LDA only, the log-likelihood trace of CGS
+#: on the corpus reconstructed from the randomized reports (post-processing)
 RELEASED_INFO_KEYS = ("input", "preprocessing", "log_likelihood")
 #: methods whose log-likelihood trace is computed from the randomized reports (released); for the others it
 #: comes from the true counts (curator-only)
 _LL_RELEASED = ("lp-lda", "olp-lda")
+#: what released files say about a training input that is not a built-in dataset (a file's name or path is
+#: the curator's private information)
+FILE_INPUT = "a file of the curator's (not part of the release)"
 _LOCAL_METHODS = ("lp-lda", "olp-lda")
+
+
+def released_input(name) -> str:
+    """What a released file may say about the training input ``name``: the name of a built-in (public)
+    dataset as it is, anything else (a file's name or path) :data:`FILE_INPUT`."""
+    from textdp.data.datasets import DATASETS
+
+    if isinstance(name, str) and name.strip().lower() in DATASETS:
+        return name
+    return FILE_INPUT
 
 
 def _version() -> str:
@@ -78,11 +97,11 @@ class TopicModel:
     topic_word: (K, V) float64 φ (rows normalised on construction); vocabulary: V
     words; alpha, beta: the hyperparameters used (α is also the fold-in prior);
     method: ``lda``/``hdp-lda``/``lp-lda``/``olp-lda``; guarantee: what the release
-    promises; accounting: how it was computed; info: released facts (input name,
-    preprocessing with the vocabulary's description; LP/OLP-LDA: log-likelihood on the
-    reconstructed corpus); seed: seed mode dict; private: curator-only facts about
-    the training input (documents, tokens, out-of-vocabulary tokens, timings, true
-    log-likelihood), never saved.
+    promises; accounting: how it was computed; info: released facts (input, saved as
+    :func:`released_input` of it; preprocessing with the vocabulary's description;
+    LP/OLP-LDA: log-likelihood on the reconstructed corpus); seed: seed mode dict;
+    private: curator-only facts about the training input (documents, tokens,
+    out-of-vocabulary tokens, timings, true log-likelihood), never saved.
     """
 
     topic_word: np.ndarray
@@ -175,7 +194,8 @@ class TopicModel:
     def card(self, output: str | os.PathLike | None = None) -> dict:
         """The privacy card of this release (JSON-ready dict, :func:`textdp.accounting.card.build_card`).
 
-        ``data`` holds the input's name, K and the vocabulary's description (source, name, size
+        ``data`` holds the input (:func:`released_input`: a built-in dataset's name, else
+        :data:`FILE_INPUT`), K and the vocabulary's description (source, name, size
         and SHA-256 for a public one; for a corpus vocabulary its rule and ``covered_by_guarantee:
         false``, no size); ``warnings`` what the guarantee leaves uncovered. No exact statistic of
         the private input.
@@ -184,8 +204,8 @@ class TopicModel:
 
         g = self.guarantee
         voc = self.vocabulary_description()
-        data = {k: self.info[k] for k in ("input",) if k in self.info} | {"n_topics": self.n_topics,
-                                                                          "vocabulary": voc}
+        data = ({"input": released_input(self.info["input"])} if "input" in self.info else {}) | {
+            "n_topics": self.n_topics, "vocabulary": voc}
         if voc.get("source") != "corpus":
             data["n_words"] = len(self.vocabulary)
         return build_card(
@@ -199,8 +219,8 @@ class TopicModel:
         )
 
     def to_json(self) -> dict:
-        info = {k: v for k, v in self.info.items() if k in RELEASED_INFO_KEYS
-                and (k != "log_likelihood" or self.method in _LL_RELEASED)}
+        info = {k: (released_input(v) if k == "input" else v) for k, v in self.info.items()
+                if k in RELEASED_INFO_KEYS and (k != "log_likelihood" or self.method in _LL_RELEASED)}
         return {
             "format": "textdp-topic-model", "format_version": FORMAT_VERSION, "textdp_version": _version(),
             "method": self.method, "n_topics": self.n_topics, "alpha": self.alpha, "beta": self.beta,
@@ -224,7 +244,7 @@ class TopicModel:
                 arrays["topic_word_counts"] = np.asarray(self.topic_word_counts, dtype=np.int32)
             np.savez_compressed(tmp / "model.npz", **arrays)
             (tmp / "model.json").write_text(json.dumps(self.to_json(), indent=1, default=_json_default), "utf-8")
-            card = self.card(output=out / "model.npz")
+            card = self.card(output="model.npz")  # the file beside the card: no folder of the curator's
             (tmp / "model.card.json").write_text(json.dumps(card, indent=2, ensure_ascii=False), "utf-8")
         return out
 
