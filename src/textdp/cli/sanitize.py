@@ -70,8 +70,8 @@ def sanitize_command(
     block_mb: float = typer.Option(32.0, "--block-size", help="MiB per block of word distributions (float64; at least 16 words per block)."),
     ledger_dir: Optional[str] = typer.Option(None, "--ledger-dir", help="Folder of the budget ledgers."),
     no_ledger: bool = typer.Option(False, "--no-ledger", help="Do not record the release in the budget ledger."),
-    force: bool = typer.Option(False, "--force", help="Release even if it exceeds the dataset's budget "
-                               "(recorded as forced)."),
+    force: bool = typer.Option(False, "--force", help="Release even if the ledger refuses it (over the dataset's "
+                               "budget, a term without bound, or a currency no budget names); recorded as forced."),
 ):
     """Sanitize a corpus token by token with SanText, SanText+ or FBDD and write a privacy card."""
     from textdp.accounting.card import build_card, check_card_path, write_card
