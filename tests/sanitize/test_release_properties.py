@@ -220,3 +220,20 @@ def test_text_is_nfc_normalised_before_tokenizing():
     out = m.sanitize([nfd])[0]
     assert out == "café tea" and "\u0301" not in out
     assert m.tokenize([nfd]).rows.tolist() == m.tokenize(["café tea"]).rows.tolist()
+
+
+def test_forced_card_does_not_name_the_input(tmp_path):
+    """--force over a budget: the card states the overridden refusal without the input's path."""
+    a, _ = _corpora()
+    src = tmp_path / "secret-patients-2026.txt"
+    src.write_text("\n".join(a) + "\n", encoding="utf-8")
+    led = tmp_path / "ledgers"
+    r = CliRunner().invoke(app, ["budget", "set", str(src), "--epsilon", "1", "--ledger-dir", str(led)])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "out" / "released.txt"
+    r = CliRunner().invoke(app, ["sanitize", str(src), "-e", "3", "--embeddings", str(_glove_file(tmp_path)),
+                                 "-o", str(out), "--ledger-dir", str(led), "--force", "-q"])
+    assert r.exit_code == 0, r.output
+    card = json.loads(card_path(out).read_text(encoding="utf-8"))
+    assert card.get("forced") is True and card.get("forced_reason")
+    assert "secret-patients" not in json.dumps(card) and str(tmp_path) not in json.dumps(card)

@@ -90,7 +90,7 @@ def test_cli_argument_parsing_never_crashes(tmp_path_factory, argv):
 def test_atheris_fuzz_readers_bounded(tmp_path):
     """A few seconds of coverage-guided fuzzing of the readers (CI-bounded)."""
     r = subprocess.run(
-        [sys.executable, str(REPO / "fuzz" / "fuzz_readers.py"), "-max_total_time=1", "-runs=500",
+        [sys.executable, str(REPO / "fuzz" / "fuzz_readers.py"), "-max_total_time=1", "-runs=500", "-rss_limit_mb=4096",
          f"-artifact_prefix={tmp_path}/"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )

@@ -9,6 +9,7 @@ charged: ε (and δ) in a DP currency; ε and the additive ε₀ in a metric cur
 from __future__ import annotations
 
 import math
+import os
 from typing import Optional
 
 import typer
@@ -51,7 +52,13 @@ def announce_forced(led, reservation: str) -> dict:
     err_console.print("[bold yellow]warning:[/] released with --force although the budget refuses it (recorded as "
                       f"forced in the ledger and on the card): {esc(reason)}",
                       highlight=False, soft_wrap=True)
-    return {"forced": True, "forced_reason": reason}
+    # the card travels with the release: the refusal's wording names the dataset (a file's path), the
+    # curator's information, so the card says "the dataset" (the ledger keeps the original wording)
+    card_reason = reason
+    for name in sorted({str(led.dataset), os.path.abspath(str(led.dataset)), os.path.basename(str(led.dataset))}
+                       - {""}, key=len, reverse=True):
+        card_reason = card_reason.replace(repr(name), "the dataset").replace(name, "the dataset")
+    return {"forced": True, "forced_reason": card_reason}
 
 
 

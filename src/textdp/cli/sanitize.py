@@ -311,7 +311,10 @@ def _sanitize_into(writer, chunks, mech, bar, san, task, total_tokens, out, chun
     stats = None
     mech.begin_release()  # one key for the whole file; each document draws from its own keyed streams
     first = 0
+    other_columns: list[str] = []
     for df, col in chunks():
+        if first == 0:
+            other_columns = [str(c) for c in df.columns if c != col]
         texts, st = mech.sanitize_with_stats(df[col].tolist(), progress=lambda k: bar.advance(san, k),
                                              first_record=first)
         first += len(df)
@@ -320,7 +323,7 @@ def _sanitize_into(writer, chunks, mech, bar, san, task, total_tokens, out, chun
         stats = st if stats is None else stats.merge(st)
     bar.update(san, completed=total_tokens)
     bar.update(task, description="writing the privacy card")
-    card = _card(mech, out, privacy_statistics, build_card)
+    card = _card(mech, out, privacy_statistics, build_card, other_columns)
     return stats, write_card(card, out, overwrite=True)
 
 
@@ -356,7 +359,7 @@ def card_warnings(mech) -> list[str]:
     return warnings
 
 
-def _card(mech, out, privacy_statistics, build_card) -> dict:
+def _card(mech, out, privacy_statistics, build_card, other_columns=()) -> dict:
     """The privacy card: parameters, the guarantee and facts computed from public data only
     (issue 12: no count, size, length, hash or name of the private input; those are printed
     to the curator's terminal, marked private, and the ledger keeps the input's hash)."""
@@ -392,7 +395,9 @@ def _card(mech, out, privacy_statistics, build_card) -> dict:
         randomness=mech.seed_info,
         statistics=statistics,
         output=Path(out).name,
-        warnings=card_warnings(mech),
+        warnings=card_warnings(mech) + ([
+            f"the other columns of the table ({', '.join(other_columns)}) are released unchanged: they are outside "
+            "the guarantee (remove them before sanitizing if they are private)"] if other_columns else []),
         paper="Yue et al., Findings of ACL 2021 (SanText/SanText+); Feyisetan et al., WSDM 2020 (FBDD)",
     )
 

@@ -118,7 +118,8 @@ def _text_file(path: Path, lowercase: bool | None) -> Embeddings:
         raise InputError(f"{path.name}: vectors contain NaN or infinity")
     if lowercase is None:
         lowercase = all(w == w.lower() for w in words[:1000])
-    return Embeddings(words, vectors, source=f"file:{path}", kind="word", lowercase=lowercase)
+    # the file name only: cards carry the source, and the folder is the curator's (not part of a release)
+    return Embeddings(words, vectors, source=f"file:{path.name}", kind="word", lowercase=lowercase)
 
 
 def _hf_dir(path: Path) -> Embeddings:
@@ -146,7 +147,7 @@ def _hf_dir(path: Path) -> Embeddings:
     if tk.exists():
         lower = bool(json.loads(tk.read_text()).get("do_lower_case", lower))
     return Embeddings([words[i] for i in keep], np.ascontiguousarray(matrix[keep]),
-                      source=f"hf:{path}", kind="wordpiece", lowercase=lower, vocab_file=str(vocab))
+                      source=f"hf:{path.name}", kind="wordpiece", lowercase=lower, vocab_file=str(vocab))
 
 
 def load_embeddings(name_or_path: str | os.PathLike = "glove-6b-50d", lowercase: bool | None = None) -> Embeddings:
