@@ -7,7 +7,10 @@ Sources (see :func:`load_embeddings`):
   SanText used GloVe 840B 300d, which is not installable offline: a documented
   deviation.
 * a path to a GloVe or word2vec **text** file (``word v1 v2 ...`` per line; a
-  first line with exactly two fields is read as a word2vec header).
+  first line with exactly two fields is read as a word2vec header). Each word must
+  appear once: a repeated word is refused with both line numbers (which row would
+  win changes the table's diameter, hence the reported epsilon0, and the output
+  vocabulary).
 * a path to a local Hugging Face model directory (``config.json`` +
   ``model.safetensors`` + ``vocab.txt``): its input word-embedding matrix, with
   the model's WordPiece vocabulary; ``"minilm"`` names the MiniLM shipped in

@@ -88,6 +88,7 @@ def _glove_6b_50d() -> Embeddings:
 def _text_file(path: Path, lowercase: bool | None) -> Embeddings:
     words: list[str] = []
     rows: list[np.ndarray] = []
+    first_line: dict[str, int] = {}  # word -> the line that defined it
     dim = None
     with open(path, "rb") as fh:
         for i, raw in enumerate(fh, start=1):
@@ -110,7 +111,12 @@ def _text_file(path: Path, lowercase: bool | None) -> Embeddings:
                 rows.append(np.asarray(parts[1:], dtype=np.float32))
             except ValueError:
                 raise InputError(f"{path.name}: line {i} has a value that is not a number") from None
-            words.append(parts[0])
+            word = parts[0]
+            if word in first_line:  # which row wins changes epsilon0 (the table's diameter) and the output vocabulary
+                raise InputError(f"{path.name}: word {word!r} appears twice, on lines {first_line[word]} and {i}; "
+                                 "an embedding file must list each word once (remove one of the two lines)")
+            first_line[word] = i
+            words.append(word)
     if not words:
         raise InputError(f"{path.name}: no vectors found")
     vectors = np.vstack(rows)
