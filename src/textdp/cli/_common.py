@@ -17,7 +17,9 @@ from typing import Any, Callable
 import typer
 from rich.console import Console
 from rich.markup import escape as esc
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Column
+from rich.text import Text
 
 from textdp.errors import TextDPError
 
@@ -109,14 +111,43 @@ class _ErrorClearingProgress(Progress):
         super().stop()
 
 
+class CountColumn(ProgressColumn):
+    """``done/total``: exact below a million ("3/20"), else in the total's unit ("100.5M/301.4M"), so the
+    counter stays short enough to be printed whole in an 80-column terminal or log."""
+
+    _UNITS = ((10**12, "T"), (10**9, "G"), (10**6, "M"))
+
+    def __init__(self):
+        super().__init__(table_column=Column(no_wrap=True))  # never squeezed: the bar and description give way
+
+    @classmethod
+    def text(cls, completed: float, total: float | None) -> str:
+        done = max(0, int(completed))
+        if total is None:
+            return f"{done}/?"
+        total = max(0, int(total))
+        for k, unit in cls._UNITS:
+            if total >= k:
+                t = f"{total / k:.1f}{unit}"
+                return f"{f'{done / k:.1f}{unit}':>{len(t)}}/{t}"
+        return f"{done:{len(str(total))}d}/{total}"
+
+    def render(self, task) -> Text:
+        return Text(self.text(task.completed, task.total), style="progress.download")
+
+
 def progress(quiet: bool = False, transient: bool = False) -> Progress:
-    """A rich progress bar on stderr (disabled with ``quiet``); it disappears when the block raises."""
+    """A rich progress bar on stderr (disabled with ``quiet``); it disappears when the block raises.
+
+    When the line is too wide (an 80-column terminal, a log), the bar shrinks first and a long
+    description is cut (at most 40 columns, with "…"); the counter and the times are never cut."""
     return _ErrorClearingProgress(
-        TextColumn("[progress.description]{task.description}"),
+        TextColumn("[progress.description]{task.description}",
+                   table_column=Column(no_wrap=True, overflow="ellipsis", max_width=40)),
         BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
+        CountColumn(),
+        TimeElapsedColumn(table_column=Column(no_wrap=True)),
+        TimeRemainingColumn(table_column=Column(no_wrap=True)),
         console=err_console,
         disable=quiet,
         transient=transient,

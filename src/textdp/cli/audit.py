@@ -5,7 +5,10 @@ Thin layer over :mod:`textdp.audit`: parsing, progress, printing.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -45,6 +48,37 @@ def _count(text: str, name: str) -> int:
     if v > _MAX_SAMPLES:
         raise ParameterError(f"{name} must be at most {_MAX_SAMPLES:.0e}, got {text!r}")
     return int(v)
+
+
+@contextlib.contextmanager
+def _user_stdout_to_stderr():
+    """Around every call into the user's code (importing a ``-m module:function`` mechanism, calling it,
+    its ``claimed_epsilon``): what it prints goes to stderr, so stdout holds only the results and
+    ``--json`` stays valid JSON. Python-level (``print``, ``sys.stdout``, also from worker threads)
+    and, when stdout is the process's own, file-descriptor level (subprocesses, ``os.write(1, ...)``,
+    C extensions; output C code keeps in its own stdio buffer past the call is not caught)."""
+    sys.stdout.flush()
+    saved = None
+    if sys.stdout is sys.__stdout__:
+        try:
+            fd = sys.stdout.fileno()
+            sys.stderr.flush()
+            saved = os.dup(fd)
+            os.dup2(sys.stderr.fileno(), fd)
+        except (AttributeError, OSError, ValueError):  # no real file descriptors (embedded, captured)
+            if saved is not None:
+                os.close(saved)
+            saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            if saved is not None:
+                os.dup2(saved, fd)
+                os.close(saved)
 
 
 def _wide():
@@ -191,48 +225,51 @@ def register(app: typer.Typer) -> None:
             for ext in ("json", "csv", "png"):  # also: the folder can be made and written (before any work)
                 check_output_path(output / f"{stem}.{ext}", overwrite=overwrite, create_parents=True)
 
-        if grid is not None:
-            spec = GRIDS[grid]
-            mechs = [mechanism] if mechanism else list(spec.mechanisms)
-            epss = _floats(epsilon, "--epsilon") if epsilon else list(spec.epsilons)
-            dd = _ints(dims, "--dims") if dims else list(spec.dims)
-            N = N or spec.samples
-            work = grid_work(mechs, dd, epss, N, strong=not no_strong)
-            if not fast and not quiet and work > 5e9:
-                err_console.print(f"note: the full-noise grid draws {work:.2g} noise values (hours on 2 cores); "
-                                  f"--fast draws the exact sufficient statistic instead", highlight=False)
-            with progress(quiet) as bar:
-                task = bar.add_task(f"audit {grid}", total=work)
-                result = A.run_grid(grid, samples=N, mechanisms=mechs, epsilons=epss, dims=dd, alpha=alpha,
-                                    seed=seed, sampler=sampler, statistic=statistic, strong=not no_strong,
-                                    workers=workers, progress=lambda k: bar.advance(task, k))
-        else:
-            if epsilon is None and ":" not in mechanism:
-                raise ParameterError("give the claimed --epsilon for --mechanism")
-            # no --epsilon for your own mechanism: its claimed_epsilon(n) or guarantee.epsilon is used
-            epss = _floats(epsilon, "--epsilon") if epsilon is not None else [None]
-            dd = _ints(dims or "1,8,128", "--dims")
-            N = N or 10**6
-            from textdp.audit.core import _cell_seeds
+        # the user's mechanism (imported, called, asked its claimed ε) may print: never onto stdout
+        with _user_stdout_to_stderr():
+            if grid is not None:
+                spec = GRIDS[grid]
+                mechs = [mechanism] if mechanism else list(spec.mechanisms)
+                epss = _floats(epsilon, "--epsilon") if epsilon else list(spec.epsilons)
+                dd = _ints(dims, "--dims") if dims else list(spec.dims)
+                N = N or spec.samples
+                work = grid_work(mechs, dd, epss, N, strong=not no_strong)
+                if not fast and not quiet and work > 5e9:
+                    err_console.print(f"note: the full-noise grid draws {work:.2g} noise values (hours on 2 cores); "
+                                      f"--fast draws the exact sufficient statistic instead", highlight=False)
+                with progress(quiet) as bar:
+                    task = bar.add_task(f"audit {grid}", total=work)
+                    result = A.run_grid(grid, samples=N, mechanisms=mechs, epsilons=epss, dims=dd, alpha=alpha,
+                                        seed=seed, sampler=sampler, statistic=statistic, strong=not no_strong,
+                                        workers=workers, progress=lambda k: bar.advance(task, k))
+            else:
+                if epsilon is None and ":" not in mechanism:
+                    raise ParameterError("give the claimed --epsilon for --mechanism")
+                # no --epsilon for your own mechanism: its claimed_epsilon(n) or guarantee.epsilon is used
+                epss = _floats(epsilon, "--epsilon") if epsilon is not None else [None]
+                dd = _ints(dims or "1,8,128", "--dims")
+                N = N or 10**6
+                from textdp.audit.core import _cell_seeds
 
-            seeds = _cell_seeds(seed, len(epss) * len(dd))
-            if ":" in mechanism:  # import the user's mechanism once, not per cell
-                mechanism = A.core.load_user_mechanism(mechanism)
-            cells = []
-            per = N + (0 if no_strong else math.ceil(0.1 * N))
-            with progress(quiet) as bar:
-                task = bar.add_task(f"audit {getattr(mechanism, 'name', mechanism)}", total=2 * per * sum(dd) * len(epss))
-                i = 0
-                for e in epss:
-                    for d in dd:
-                        cells.append(A.audit_mechanism(
-                            mechanism, e, d, N, alpha, seeds[i], strong=not no_strong, statistic=statistic,
-                            sampler=sampler, workers=workers, progress=lambda k, d=d: bar.advance(task, k * d)))
-                        i += 1
-            result = GridResult("audit", cells, {}, sum(c.wall_s for c in cells),
-                                {"grid": None, "samples": N, "alpha": alpha, "sampler": sampler,
-                                 "statistic": statistic, "strong": not no_strong,
-                                 "seed": random_source(seed).describe()})
+                seeds = _cell_seeds(seed, len(epss) * len(dd))
+                if ":" in mechanism:  # import the user's mechanism once, not per cell
+                    mechanism = A.core.load_user_mechanism(mechanism)
+                cells = []
+                per = N + (0 if no_strong else math.ceil(0.1 * N))
+                with progress(quiet) as bar:
+                    label = str(getattr(mechanism, "name", mechanism)).rsplit(os.sep, 1)[-1]  # file.py:function, not its folders
+                    task = bar.add_task(f"audit {label}", total=2 * per * sum(dd) * len(epss))
+                    i = 0
+                    for e in epss:
+                        for d in dd:
+                            cells.append(A.audit_mechanism(
+                                mechanism, e, d, N, alpha, seeds[i], strong=not no_strong, statistic=statistic,
+                                sampler=sampler, workers=workers, progress=lambda k, d=d: bar.advance(task, k * d)))
+                            i += 1
+                result = GridResult("audit", cells, {}, sum(c.wall_s for c in cells),
+                                    {"grid": None, "samples": N, "alpha": alpha, "sampler": sampler,
+                                     "statistic": statistic, "strong": not no_strong,
+                                     "seed": random_source(seed).describe()})
 
         paths = write_grid_outputs(result, output, overwrite=overwrite, stem=stem) if output is not None else []
         if json_out:
