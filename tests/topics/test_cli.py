@@ -212,3 +212,39 @@ def test_cli_export_under_a_file_names_the_file(corpus_file, tmp_path, below):
     assert len(msg.splitlines()) == 1 and f"{str(notes)!r} is a file, not a folder" in msg, msg
     assert "create its parent first" not in msg
     assert notes.read_text() == "n\n"
+
+
+def test_train_creates_missing_output_folders(corpus_file, tmp_path):
+    """Like sanitize, `topics train -o missing/folder/model` makes the folders above the model (issue 13, item 9)."""
+    out = tmp_path / "missing" / "folder" / "model"
+    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 2, "--vocabulary", _vocab(corpus_file),
+             "--seed", 0, "-o", out, "--no-ledger", "-q")
+    assert r.exit_code == 0, r.output
+    assert (out / "model.card.json").exists() and (out / "model.npz").exists()
+
+
+def test_train_failing_leaves_no_created_folders(corpus_file, tmp_path):
+    """A run that fails after the output checks (here: no word of the vocabulary file occurs) leaves no folder."""
+    vocab = tmp_path / "other-words.txt"
+    vocab.write_text("zebra\nquokka\nnarwhal\n", "utf-8")
+    out = tmp_path / "missing" / "folder" / "model"
+    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 2, "--vocabulary", vocab, "-o", out,
+             "--no-ledger", "-q")
+    assert r.exit_code == 2, r.output
+    assert not (tmp_path / "missing").exists()
+
+
+def test_train_over_budget_record_removes_created_folders(corpus_file, tmp_path, monkeypatch):
+    """The ledger refusing the release after the model was written removes the model and the folders made for it."""
+    from textdp.accounting.ledger import Ledger
+    from textdp.errors import BudgetExceededError
+
+    def refuse(self, *a, **k):
+        raise BudgetExceededError("over budget (test)")
+
+    monkeypatch.setattr(Ledger, "record", refuse)
+    out = tmp_path / "missing" / "folder" / "model"
+    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 2, "--vocabulary", _vocab(corpus_file),
+             "--seed", 0, "-o", out, "--ledger-dir", tmp_path / "ledgers", "-q")
+    assert r.exit_code == 2 and "over budget" in r.output, r.output
+    assert not (tmp_path / "missing").exists()

@@ -165,7 +165,8 @@ def train_command(
     split: str = typer.Option("train", "--split", help="Built-in datasets: train | test | all."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N documents (quick runs)."),
     top: int = typer.Option(10, "--top", help="Top words to print per topic."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Model folder (default ./NAME.PRIVACY.topics)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Model folder (default ./NAME.PRIVACY.topics); missing "
+                                          "folders above it are created (and removed again if the run fails)."),
     ledger_dir: Optional[str] = typer.Option(None, "--ledger-dir", help="Folder of the budget ledgers."),
     no_ledger: bool = typer.Option(False, "--no-ledger", help="Do not record the release in the budget ledger."),
     force: bool = typer.Option(False, "--force", help="Release even if the ledger refuses it (over the dataset's "
@@ -207,7 +208,7 @@ def train_command(
     from textdp.accounting.ledger import check_output_outside_ledgers
 
     check_output_outside_ledgers(out, ledger_dir)
-    check_output_dir(out, overwrite=overwrite, inputs=in_paths)
+    check_output_dir(out, overwrite=overwrite, inputs=in_paths, create_parents=True)  # made when the model is saved
     led = None
     if not no_ledger:
         from textdp.accounting.ledger import Ledger
@@ -265,7 +266,13 @@ def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy
             reason = reason.replace(repr(led.dataset), "the dataset")
         plain_card = model.card
         model.card = lambda output=None: {**plain_card(output), "forced": True, "forced_reason": reason}
-    model.save(out, overwrite=overwrite, inputs=in_paths)
+    from textdp.data.io import remove_empty_folders
+
+    above, made = out.parent, []  # folders above the model that the save creates (as sanitize does)
+    while str(above) not in ("", ".") and not above.exists() and above != above.parent:
+        made.insert(0, above)
+        above = above.parent
+    model.save(out, overwrite=overwrite, inputs=in_paths, create_parents=True)
     entry = None
     if led is not None:
         import json
@@ -283,6 +290,7 @@ def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy
             import shutil
 
             shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+            remove_empty_folders(made)
             raise
     private = {k: v for k, v in model.private.items() if k != "log_likelihood"}
     summary = {"input": name, "output": str(out), "card": str(out / "model.card.json"), "method": model.method,

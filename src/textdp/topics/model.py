@@ -228,17 +228,21 @@ class TopicModel:
             "seed": self.seed, "info": info, "vocabulary": list(self.vocabulary),
         }
 
-    def save(self, path: str | os.PathLike, overwrite: bool = False, inputs: list | None = None) -> Path:
+    def save(self, path: str | os.PathLike, overwrite: bool = False, inputs: list | None = None,
+             create_parents: bool = False) -> Path:
         """Write the model folder atomically (see the module docstring). Returns the folder.
 
         Raises OutputError when ``path`` exists and ``overwrite`` is False, is a file,
         is a non-empty folder not written by textdp, contains one of ``inputs``, or its
-        parent folder is missing (see :func:`textdp.data.io.atomic_output_dir`).
+        parent folder is missing and ``create_parents`` is False (with it, missing folders
+        above ``path`` are created, and removed again when the write fails; see
+        :func:`textdp.data.io.atomic_output_dir`).
         """
         from textdp.data.io import atomic_output_dir
 
         out = Path(path)
-        with atomic_output_dir(out, overwrite=overwrite, kind="topic-model", inputs=inputs) as tmp:
+        with atomic_output_dir(out, overwrite=overwrite, kind="topic-model", inputs=inputs,
+                               create_parents=create_parents) as tmp:
             arrays = {"topic_word": self.topic_word}
             if self.topic_word_counts is not None and self.method == "lda":
                 arrays["topic_word_counts"] = np.asarray(self.topic_word_counts, dtype=np.int32)
