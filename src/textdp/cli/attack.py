@@ -20,6 +20,7 @@ attack_app = typer.Typer(help="Attacks on text models: model inversion (Text Rev
 @attack_app.command("invert")
 @handle_errors
 def invert(
+    ctx: typer.Context,
     dataset: str = typer.Option("rotten-tomatoes", "--dataset", "-d", help="Built-in labelled dataset (80/20 public/private split of its train part)."),
     method: str = typer.Option("all", "--method", "-m", help="tr, vtg, vmi, all, or a comma list (tr,vtg)."),
     defence: str = typer.Option("none", "--defence", help="none, dpsgd (Opacus DP-SGD target) or santext (target trained on SanText-sanitised text). A defended run also attacks the undefended target."),
@@ -67,6 +68,16 @@ def invert(
         raise ParameterError(f"unknown --method {method!r}; use tr, vtg, vmi or all")
     if seeds < 1:
         raise ParameterError(f"--seeds must be >= 1, got {seeds}")
+    from textdp.cli._options import refuse_unused  # options that do not apply are refused, never ignored
+
+    d = defence.strip().lower()
+    if d != "dpsgd":
+        refuse_unused(ctx, f"is the ε of the dpsgd defence; --defence is {d}", "dp_epsilon")
+    if d != "santext":
+        refuse_unused(ctx, f"is the ε of the santext defence; --defence is {d}", "santext_epsilon")
+    if "tr" not in methods:
+        refuse_unused(ctx, f"is a Text Revealer (tr) setting; --method {method} runs no tr",
+                      "stepsize", "num_iterations", "window_length", "kl_scale", "gm_scale")
     if generator != "scratch":
         from textdp.attacks.inversion.gpt2_generator import resolve_generator
 

@@ -162,6 +162,7 @@ def register(app: typer.Typer) -> None:
     @app.command("audit")
     @handle_errors
     def audit(
+        ctx: typer.Context,
         mechanism: Optional[str] = typer.Option(
             None, "--mechanism", "-m",
             help="Zoo mechanism (laplace, adept, dptext, copy, random, wrong-sensitivity, laplace-secure), "
@@ -198,6 +199,15 @@ def register(app: typer.Typer) -> None:
         from textdp import audit as A
         from textdp.audit.grid import GRIDS, GridResult, grid_work, write_grid_outputs
 
+        from textdp.cli._options import refuse_unused
+
+        if list_mechanisms:  # options that do not apply are refused, never silently ignored
+            refuse_unused(ctx, "does not apply to --list (it prints the auditable mechanisms and exits)",
+                          *(p for p in ctx.params if p not in ("list_mechanisms", "quiet")))
+        if output is None:
+            refuse_unused(ctx, "replaces existing files under --output; no --output is given", "overwrite")
+        if no_strong:
+            refuse_unused(ctx, "is the statistic of the threshold attack, which --no-strong leaves out", "statistic")
         if list_mechanisms:
             from textdp.mechanisms.registry import registry
 
@@ -215,6 +225,9 @@ def register(app: typer.Typer) -> None:
         if fast is None:  # the published grid at N = 1e7 is hours with full noise; its exact shortcut is seconds
             fast = grid is not None and (mechanism is None or ":" not in mechanism)
         sampler = "sufficient-statistic" if fast else "full"
+        if fast:
+            refuse_unused(ctx, "sets the threads of full-noise sampling; --fast (the default for --grid with zoo "
+                               "mechanisms) draws the sufficient statistic in one step", "workers")
         N = _count(samples, "--samples") if samples is not None else None
         stem = grid or "audit"
         if output is not None:

@@ -39,6 +39,16 @@ def _positive(value: float, option: str) -> None:
     _require(math.isfinite(value) and value > 0, f"{option} must be a positive finite number, got {value:g}")
 
 
+def _refuse_unused_data_options(ctx: typer.Context, features: str, output: Optional[Path]) -> None:
+    """glm, dpsgd: options that do not apply are refused, never silently ignored."""
+    from textdp.cli._options import refuse_unused
+
+    if features == "glove":
+        refuse_unused(ctx, "sets the TF-IDF vocabulary; --features glove uses mean GloVe vectors", "max_features")
+    if output is None:
+        refuse_unused(ctx, "replaces an existing --output; no --output is given", "overwrite")
+
+
 def _check_data_options(features: str, max_features: int, n_records: Optional[int]) -> None:
     _require(features in ("tfidf", "glove"), f"--features must be 'tfidf' or 'glove', got {features!r}")
     _require(max_features >= 1, f"--max-features must be at least 1, got {max_features}")
@@ -78,6 +88,7 @@ def _write_json(obj, path: Path) -> None:
 @bounds_app.command("mse")
 @handle_errors
 def mse_cmd(
+    ctx: typer.Context,
     epsilon: Optional[float] = typer.Option(None, "--epsilon", "-e", help="ε of the mechanism, per record (with "
                                             "--mechanism: the ε that mechanism is run with)."),
     diam: Optional[str] = typer.Option(None, "--diam", help="Data range width per coordinate: one number or a comma list."),
@@ -126,6 +137,14 @@ def mse_cmd(
     from textdp.bounds.curves import MECHANISMS, NO_BOUND_FROM_APPROX_DP
     from textdp.bounds.rdp import check_epsilon
 
+    from textdp.cli._options import refuse_unused
+
+    if gamma is None:
+        refuse_unused(ctx, "is the form of the bias slack; it needs --gamma", "gamma_mode")
+    if card is not None or mechanism is not None or kind == "dp":
+        refuse_unused(ctx, "is the Rényi order of a bare --epsilon with --kind rdp; "
+                      + ("the mechanism's exact curve is used" if card is not None or mechanism is not None
+                         else "--kind dp has none"), "order")
     mech_opts = {"--categories": categories, "--reports": reports, "--scale": scale, "--sensitivity": sensitivity,
                  "--sigma": sigma, "--releases": releases}
     if card is not None:
@@ -210,6 +229,7 @@ def mse_cmd(
 @bounds_app.command("glm")
 @handle_errors
 def glm_cmd(
+    ctx: typer.Context,
     dataset: str = typer.Argument("rotten-tomatoes", help="Built-in dataset name."),
     features: str = typer.Option("tfidf", "--features", help="'tfidf' or 'glove' (mean GloVe vectors)."),
     max_features: int = typer.Option(2000, "--max-features", help="TF-IDF vocabulary size."),
@@ -236,6 +256,12 @@ def glm_cmd(
     from textdp.noise import make_rng, seed_mode
 
     _check_data_options(features, max_features, n_records)
+    _refuse_unused_data_options(ctx, features, output)
+    if trials == 0:
+        from textdp.cli._options import refuse_unused
+
+        refuse_unused(ctx, "is the number of records the attack targets; --trials 0 runs no attack (FIL bound only)",
+                      "targets")
     _positive(sigma, "--sigma")
     _positive(lam, "--lam")
     _require(trials >= 0, f"--trials must be at least 0 (0: FIL bound only, no attack), got {trials}")
@@ -297,6 +323,7 @@ def glm_cmd(
 @bounds_app.command("dpsgd")
 @handle_errors
 def dpsgd_cmd(
+    ctx: typer.Context,
     dataset: str = typer.Argument("rotten-tomatoes", help="Built-in dataset name."),
     features: str = typer.Option("tfidf", "--features", help="'tfidf' or 'glove'."),
     max_features: int = typer.Option(1000, "--max-features", help="TF-IDF vocabulary size."),
@@ -328,7 +355,12 @@ def dpsgd_cmd(
     from textdp.data.io import check_output_path, write_table
 
     _check_data_options(features, max_features, n_records)
+    _refuse_unused_data_options(ctx, features, output)
     _require(model in ("logreg", "mlp"), f"--model must be 'logreg' or 'mlp', got {model!r}")
+    if model != "mlp":
+        from textdp.cli._options import refuse_unused
+
+        refuse_unused(ctx, f"is the hidden width of --model mlp; --model {model} has no hidden layer", "hidden")
     _require(model != "mlp" or hidden >= 1, f"--hidden must be at least 1, got {hidden}")
     _require(epochs >= 1, f"--epochs must be at least 1, got {epochs}")
     _require(batch_size >= 1, f"--batch-size must be at least 1, got {batch_size}")

@@ -133,6 +133,7 @@ def _sweep_bar(quiet: bool, total: int):
 @topics_app.command("train")
 @handle_errors
 def train_command(
+    ctx: typer.Context,
     input: str = typer.Argument("20newsgroups", help="A built-in dataset (20newsgroups, reuters-r8, bbc-news, ...) "
                                 "or a CSV/TSV/JSONL/Parquet/TXT file (one document per row)."),
     k: int = typer.Option(20, "--k", "-k", help="Number of topics K."),
@@ -185,6 +186,7 @@ def train_command(
         raise ParameterError(f"unknown --privacy {privacy!r}; choose none, hdp, lp or olp")
     if top < 1:
         raise ParameterError(f"--top must be at least 1, got {top}")
+    _refuse_unused_train_options(ctx, privacy, input, prior_corpus)
     vocab = _check_vocabulary_options(min_count, max_vocab, vocabulary, quiet)
     kw = dict(n_topics=k, alpha=alpha, beta=beta, iterations=iterations, seed=seed, ll_every=1)
     if privacy == "none":
@@ -228,6 +230,28 @@ def train_command(
         if led is not None:
             led.cancel(reservation)
         raise
+
+
+def _refuse_unused_train_options(ctx: typer.Context, privacy: str, input: str, prior_corpus: Optional[str]) -> None:
+    """Options of another method, a file-only option with a built-in dataset (and the reverse), or a ledger
+    option with --no-ledger: refused with one line, never silently ignored (issue 13, item 4)."""
+    from textdp.cli._options import refuse_unused
+    from textdp.data.datasets import is_builtin
+
+    refuse_unused(ctx, f"is for --privacy hdp, not {privacy}", *(() if privacy == "hdp" else
+                                                                  ("delta", "sweeps_per_release", "max_doc_length")))
+    refuse_unused(ctx, f"is for --privacy olp, not {privacy}", *(() if privacy == "olp" else
+                                                                 ("batch_size", "lam", "prior_variance", "prior_corpus")))
+    refuse_unused(ctx, f"is for --privacy lp or olp, not {privacy}", *(() if privacy in ("lp", "olp") else ("threshold",)))
+    files = [p for p in (input, prior_corpus) if p is not None and not is_builtin(p)]
+    if not files:
+        refuse_unused(ctx, f"names the text column of a file; {input!r} is a built-in dataset",
+                      "text_column")
+    if not is_builtin(input):
+        refuse_unused(ctx, "selects a split of a built-in dataset; a file INPUT is used whole (--limit takes "
+                           "its first N documents)", "split")
+    if ctx.params.get("no_ledger"):
+        refuse_unused(ctx, "says where the budget ledger is kept; with --no-ledger none is written", "ledger_dir")
 
 
 def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy, prior_corpus, text_column,
@@ -367,6 +391,7 @@ def show_command(
 @topics_app.command("evaluate")
 @handle_errors
 def evaluate_command(
+    ctx: typer.Context,
     model_dir: Path = typer.Argument(..., help="A model folder written by `textdp topics train`."),
     input: Optional[str] = typer.Argument(None, help="Held-out documents: a built-in dataset (its test split) or a "
                                           "file. Default: the test split of the built-in dataset the model was "
@@ -406,6 +431,10 @@ def evaluate_command(
         raise ParameterError(f"--burn-in must be in [0, --iterations) = [0, {iterations}), got {burn_in}")
     if top < 1:
         raise ParameterError(f"--top must be at least 1, got {top}")
+    from textdp.cli._options import refuse_unused
+
+    if not coherence:
+        refuse_unused(ctx, "sets the top words of the NPMI coherence; --no-coherence computes none", "top")
     model = load_model(model_dir)
     src = input or model.info.get("input")
     if not src:
@@ -413,6 +442,14 @@ def evaluate_command(
     if input is None and not is_builtin(src):  # the training file is not held out: never label it so
         raise InputError("the model was trained on a file (its name is not part of the release); give held-out "
                          f"documents as INPUT (textdp topics evaluate {model_dir} HELD_OUT_FILE)")
+    if is_builtin(src):  # before any text is read
+        held = f"{src!r} is a built-in dataset" + ("" if input is not None else " (its test split, INPUT not given)")
+        refuse_unused(ctx, f"names the text column of a file INPUT; {held}", "text_column")
+        refuse_unused(ctx, f"is for a file INPUT (its ledger tells whether it is the training file); {held}, held "
+                           "out by construction", "ledger_dir")
+    elif model.info.get("input") and is_builtin(model.info["input"]):
+        refuse_unused(ctx, "finds out whether a file INPUT is the model's training file; this model was trained on "
+                           f"the built-in dataset {model.info['input']!r}", "ledger_dir")
     trained_on = model.info.get("input")
     if input is not None and not is_builtin(input) and Path(input).is_file() \
             and not (trained_on and is_builtin(trained_on)):
@@ -500,6 +537,7 @@ def _refuse_training_file(model_dir: Path, model, input: str, trained_on, ledger
 @topics_app.command("export")
 @handle_errors
 def export_command(
+    ctx: typer.Context,
     model_dir: Path = typer.Argument(..., help="A model folder written by `textdp topics train`."),
     format: str = typer.Option("gensim", "--format", help="gensim (topics.npy + dictionary.txt) | csv."),
     output: Path = typer.Option(..., "--output", "-o", help="Export folder."),
@@ -515,6 +553,11 @@ def export_command(
         raise ParameterError(f"unknown export format {format!r}; use 'gensim' or 'csv'")
     if top < 1:
         raise ParameterError(f"--top must be >= 1, got {top}")
+    if fmt != "csv":
+        from textdp.cli._options import refuse_unused
+
+        refuse_unused(ctx, "sets the rows of top_words.csv (--format csv); the gensim export writes every word",
+                      "top")
     above = output.parent
     while str(above) not in ("", ".") and not above.exists() and above != above.parent:
         above = above.parent
@@ -533,6 +576,7 @@ def export_command(
 @topics_app.command("tradeoff")
 @handle_errors
 def tradeoff_command(
+    ctx: typer.Context,
     input: str = typer.Argument("20newsgroups", help="A built-in dataset (train split for training, test split "
                                 "for perplexity)."),
     epsilons: str = typer.Option("0.5,1,2,4,8", "--epsilons", help="Comma-separated ε values."),
@@ -571,6 +615,12 @@ def tradeoff_command(
     bad = [m for m in meths if m not in ("hdp", "lp", "olp")]
     if bad:
         raise ParameterError(f"unknown method(s) {', '.join(bad)}; choose among hdp, lp, olp")
+    from textdp.cli._options import refuse_unused
+
+    if "hdp" not in meths:
+        refuse_unused(ctx, f"is for the hdp runs; --methods {methods} has none", "sweeps_per_release", "max_doc_length")
+    if "olp" not in meths:
+        refuse_unused(ctx, f"is for the olp runs; --methods {methods} has none", "batch_size")
     from textdp.topics.tradeoff import check_runs
 
     method_params = {"hdp": {"sweeps_per_release": sweeps_per_release, "max_doc_length": max_doc_length},
