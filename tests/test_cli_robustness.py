@@ -255,7 +255,7 @@ def test_entry_point_handles_closed_pipes_and_aborts(monkeypatch, raised, code):
 
 
 def test_a_finished_run_ignores_late_interrupts(monkeypatch):
-    """Once a command has returned (outputs and ledger release in place), SIGINT/SIGTERM during
+    """Once a command has returned (outputs and ledger release in place), SIGINT/SIGTERM/SIGHUP during
     interpreter shutdown are ignored, so a finished run never exits 130; a failed one keeps them."""
     import textdp.cli.main as m
 
@@ -267,4 +267,5 @@ def test_a_finished_run_ignores_late_interrupts(monkeypatch):
             m.main()
         assert e.value.code == (rv or 0)
         got = {(sig, h) for sig, h in calls if h is signal.SIG_IGN}
-        assert (got == {(signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, signal.SIG_IGN)}) is ignored, calls
+        assert (got == {(signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, signal.SIG_IGN),
+                        (signal.SIGHUP, signal.SIG_IGN)}) is ignored, calls

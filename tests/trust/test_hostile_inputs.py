@@ -190,13 +190,18 @@ def test_utf16_gets_the_utf16_hint(tmp_path):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_jsonl_numbers_keep_their_text_and_nulls_are_empty(tmp_path, stream):
+def test_jsonl_numbers_are_refused_and_nulls_are_empty(tmp_path, stream):
+    """A number is not text: refused with its line (issue 13: no silent conversion); a null text is
+    "" for the commands that read documents (sanitize keeps it as null: tests/test_cli_hardening.py)."""
     from textdp.data.io import iter_table_chunks, read_table
 
     f = tmp_path / "num.jsonl"
-    f.write_text('{"text":123}\n{"text":null}\n{"text":"ok film"}\n')
+    f.write_text('{"text":"ok"}\n{"text":123}\n{"text":null}\n{"text":"ok film"}\n')
+    with pytest.raises(InputError, match="holds a number on line 2, not a string"):
+        next(iter_table_chunks(f)) if stream else read_table(f)
+    f.write_text('{"text":null}\n{"text":"ok film"}\n')
     df, col = next(iter_table_chunks(f)) if stream else read_table(f)
-    assert df[col].tolist() == ["123", "", "ok film"]
+    assert df[col].tolist() == ["", "ok film"]
 
 
 def test_a_named_pipe_is_refused_as_not_a_regular_file(tmp_path):

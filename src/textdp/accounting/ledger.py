@@ -143,13 +143,14 @@ def _is_path(s: str) -> bool:
     return p.exists() or os.sep in s or bool(p.suffix)
 
 
-def dataset_key(dataset: str | os.PathLike) -> tuple[str, str]:
+def dataset_key(dataset: str | os.PathLike, sha256: str | None = None) -> tuple[str, str]:
     """``(key, readable stem)`` of a dataset.
 
     A file: key = first 24 hex digits of the SHA-256 of its bytes (copies and links
     share it), stem = its file name. A plain name (built-in dataset): key = stem =
     the name, lower-cased. A path that does not exist raises InputError; a directory is keyed
-    by its resolved path (it has no single content).
+    by its resolved path (it has no single content). ``sha256``: the file's hash when the caller
+    already has it.
     """
     from textdp.errors import InputError
 
@@ -158,7 +159,7 @@ def dataset_key(dataset: str | os.PathLike) -> tuple[str, str]:
         p = Path(s)
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", p.name)[:60] or "data"
         if p.is_file():
-            return hash_input(p)[:24], stem
+            return (sha256 or hash_input(p))[:24], stem
         if p.exists():
             return "path" + hashlib.sha256(str(p.resolve()).encode("utf-8")).hexdigest()[:20], stem
         raise InputError(f"dataset file {s[:200]!r} does not exist")
@@ -248,9 +249,10 @@ class Ledger:
 
     def __init__(self, dataset: str | os.PathLike, directory: str | os.PathLike | None = None):
         self.dataset = str(dataset)
-        self.key, self._stem = dataset_key(dataset)
         # the content hash at open time: what the budget protects, recorded with each release
+        # (hashed once: the key of a file is the start of the same hash)
         self.input_sha256 = hash_input(dataset) if _is_path(self.dataset) else None
+        self.key, self._stem = dataset_key(dataset, self.input_sha256)
         self.id = self.key if self.key == self._stem else f"{self._stem}-{self.key}"
         self.directory = Path(directory) if directory is not None else ledger_dir()
         self.lock_path = self.directory / f"{self.key}.lock"
@@ -505,6 +507,24 @@ class Ledger:
         after = charges(new_total, delta)
         before_g = compose_by_group(others, delta).get(key)
         before = charges(before_g, delta) if before_g is not None else {k: 0.0 for k in after}
+        # what of "before" is released and what is only reserved by open reservations (a run in
+        # progress, or one killed before it could close its reservation): told apart in the message
+        entries_now = self.entries()
+        pending = [e for e in self.open_reservations(entries_now)
+                   if e.get("id") != exclude_reservation and e.get("group") == key]
+        released_g = compose_by_group([guarantee_from_dict(e["guarantee"]) for e in entries_now
+                                       if e.get("type") == "release" and e.get("group") == key], delta).get(key)
+        released = charges(released_g, delta) if released_g is not None else {k: 0.0 for k in after}
+
+        def spent_text(term: str) -> str:
+            done, total = released.get(term, 0.0), before.get(term, 0.0)
+            if not pending:
+                return f"{total:.4g} already spent"
+            n = len(pending)
+            return (f"{done:.4g} already spent and {max(0.0, total - done):.4g} reserved by "
+                    f"{'an open reservation' if n == 1 else f'{n} open reservations'} (a release in progress, or a "
+                    "run killed before it finished: `textdp budget reservations DATASET` lists them)")
+
         fix = f"{force_hint} or raise it with `textdp budget set`"
         eps, eps_before = after["epsilon"], before["epsilon"]
         over_delta = "delta" in after and b.delta is not None and after["delta"] > b.delta * (1 + 1e-12)
@@ -513,14 +533,14 @@ class Ledger:
             delta_note = f", delta {after['delta']:.3g} > {b.delta:.3g}" if over_delta else ""
             return _refused(BudgetExceededError,
                             f"privacy budget of {self.dataset!r} exceeded: this release ({guarantee.describe()}) "
-                            f"needs ε={need}, {eps_before:.4g} already spent in currency {key} of a budget of "
+                            f"needs ε={need}, {spent_text('epsilon')} in currency {key} of a budget of "
                             f"ε={b.epsilon:g} (remaining {max(0.0, b.epsilon - eps_before):.4g}){delta_note}", fix)
         if "epsilon0" in after and after["epsilon0"] > b.epsilon0_cap * (1 + 1e-12):
             cap = b.epsilon0_cap
             return _refused(BudgetExceededError,
                             f"privacy budget of {self.dataset!r} exceeded: this release ({guarantee.describe()}) "
                             f"needs ε₀={after['epsilon0'] - before['epsilon0']:.4g} (the additive term per "
-                            f"{guarantee.unit}), {before['epsilon0']:.4g} already spent in currency {key} of a budget "
+                            f"{guarantee.unit}), {spent_text('epsilon0')} in currency {key} of a budget "
                             f"of ε₀={cap:g} (remaining {max(0.0, cap - before['epsilon0']):.4g}"
                             + ("" if b.epsilon0 is not None else "; without --epsilon0 the budget's ε caps ε₀ too")
                             + ")", fix)
@@ -600,13 +620,20 @@ class Ledger:
                                  "delta": dlt, "currency": cur, "epsilon0": e0,
                                  "input_sha256": self.input_sha256})
 
-    def reserve(self, guarantee: Guarantee, command: str = "", force: bool = False) -> str:
+    def reserve(self, guarantee: Guarantee, command: str = "", force: bool = False,
+                outputs: list[str | os.PathLike] | None = None) -> str:
         """Check the budget and append a ``reservation`` entry under the lock; returns its id.
 
         Call before computing a release; close it with :meth:`record` (``reservation=id``)
         or :meth:`cancel`. Until closed it counts as spent. Raises BudgetExceededError
         when over budget and not ``force`` (nothing is appended).
+
+        The entry records the process (``pid``, ``host``) and ``outputs``: the absolute paths
+        the release will write (its output and card), so that a reservation left open by a
+        killed run can be settled (:meth:`settle`): cancelled when none of them exists, else
+        committed.
         """
+        import socket
         import uuid
 
         rid = uuid.uuid4().hex
@@ -616,7 +643,9 @@ class Ledger:
                 raise refused
             entry = {"type": "reservation", "id": rid, "time": _now(), "dataset": self.dataset,
                      "command": command, "guarantee": guarantee.to_dict(), "group": group_key(guarantee),
-                     "forced": refused is not None, "pid": os.getpid()}
+                     "forced": refused is not None, "pid": os.getpid(), "host": socket.gethostname()}
+            if outputs is not None:
+                entry["outputs"] = [os.path.abspath(os.fspath(o)) for o in outputs]
             if refused is not None:
                 entry["forced_reason"] = _reason(refused)
             self._append(entry)
@@ -640,6 +669,44 @@ class Ledger:
                 return None
             return self._append({"type": "cancel", "reservation": reservation, "time": _now(),
                                  "dataset": self.dataset})
+
+    def find_open_reservation(self, prefix: str) -> dict[str, Any]:
+        """The open reservation whose id is ``prefix`` or starts with it; ParameterError (one line)
+        when none or several match."""
+        prefix = prefix.strip().lower()
+        opened = self.open_reservations()
+        hits = [e for e in opened if str(e.get("id", "")).startswith(prefix)] if prefix else []
+        if len(hits) == 1:
+            return hits[0]
+        if not hits:
+            closed = any(e.get("type") == "reservation" and str(e.get("id", "")).startswith(prefix)
+                         for e in self.entries()) if prefix else False
+            raise ParameterError(f"no open reservation {prefix[:40]!r} in {self.path}"
+                                 + ("; it is already closed (released, cancelled or settled)" if closed else
+                                    "; `textdp budget reservations DATASET` lists the open ones"))
+        raise ParameterError(f"{len(hits)} open reservations start with {prefix!r}; give more of the id")
+
+    def settle(self, reservation: str, commit: bool, reason: str, card: dict[str, Any] | None = None,
+               by: str = "textdp budget settle") -> dict[str, Any]:
+        """Close an open reservation left by a run that cannot close it (killed, lost): with
+        ``commit`` a ``release`` entry charging its guarantee (its output or card reached disk:
+        a release on disk is spent; ``card``: that card when readable), else a ``cancel`` entry
+        (nothing of it exists). Both record ``settled`` (``reason``, ``by``). Raises
+        ParameterError when the reservation is not open, InputError when the ledger fails its
+        integrity check. No budget check: an open reservation is already counted as spent."""
+        with self.lock():
+            self.check_integrity()
+            r = next((e for e in self.open_reservations() if e.get("id") == reservation), None)
+            if r is None:
+                raise ParameterError(f"reservation {reservation!r} is not open in {self.path}")
+            settled = {"reason": reason, "by": by, "pid": os.getpid()}
+            if not commit:
+                return self._append({"type": "cancel", "reservation": reservation, "time": _now(),
+                                     "dataset": self.dataset, "settled": settled})
+            entry = self._record_locked(guarantee_from_dict(r["guarantee"]), card, r.get("command", ""),
+                                        bool(r.get("forced")), self.input_sha256, reservation,
+                                        r.get("forced_reason"), settled=settled)
+            return entry
 
     def record(
         self,
@@ -675,7 +742,7 @@ class Ledger:
                                        None if refused is None else _reason(refused))
 
     def _record_locked(self, guarantee, card, command, forced, input_hash, reservation=None,
-                       forced_reason=None) -> dict[str, Any]:
+                       forced_reason=None, settled=None) -> dict[str, Any]:
         rnd = (card.get("randomness") or card.get("seed") or {}) if isinstance(card, dict) else {}
         seeded = bool(rnd.get("seeded", False)) if isinstance(rnd, dict) else False
         entry = {
@@ -694,6 +761,8 @@ class Ledger:
             entry["reservation"] = reservation
         if forced_reason is not None:
             entry["forced_reason"] = forced_reason
+        if settled is not None:
+            entry["settled"] = settled
         return self._append(entry)
 
 

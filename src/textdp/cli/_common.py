@@ -2,7 +2,8 @@
 
 Exit codes: 0 ok; 2 bad usage, bad input or an environment error such as
 permission denied or a full disk (one line, no traceback); 1 unexpected error
-(with a hint to report it); 130 Ctrl-C, 143 SIGTERM (no output left behind). Progress and messages go to
+(with a hint to report it); 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (a closed terminal or SSH session);
+after each of these no output is left behind and a budget reservation is cancelled. Progress and messages go to
 stderr; results go to stdout.
 """
 
@@ -31,14 +32,25 @@ ISSUE_URL = "https://github.com/textdp/textdp/issues"
 
 class Terminated(KeyboardInterrupt):
     """Raised by the entry point's SIGTERM handler (``timeout``, ``kill``): it cleans up like
-    Ctrl-C (atomic writers remove their temporary files) and exits 143 = 128 + SIGTERM."""
+    Ctrl-C (atomic writers remove their temporary files, a budget reservation is cancelled)
+    and exits 143 = 128 + SIGTERM."""
 
     signum = signal.SIGTERM
 
 
+class HungUp(Terminated):
+    """Raised by the entry point's SIGHUP handler (the terminal or SSH session was closed):
+    the same clean-up as SIGTERM, exit 129 = 128 + SIGHUP."""
+
+    signum = getattr(signal, "SIGHUP", 1)
+
+
 def fail(message: str, code: int = 2) -> None:
-    """Print one line to stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {esc(str(message))}", highlight=False, soft_wrap=True)
+    """Print one line to stderr and exit with ``code`` (also when stderr is gone: a closed terminal)."""
+    try:
+        err_console.print(f"[bold red]error:[/] {esc(str(message))}", highlight=False, soft_wrap=True)
+    except (OSError, ValueError):  # the terminal went away (SIGHUP): the exit code still says it
+        pass
     raise typer.Exit(code)
 
 
@@ -69,6 +81,10 @@ def handle_errors(func: Callable) -> Callable:
             raise
         except OSError as exc:  # permission denied, disk full, a file where a folder should be, ...
             from textdp.data.io import describe_os_error, is_user_os_error
+
+            signum = getattr(sys.modules.get("textdp.cli.main"), "_SIGNAL_RECEIVED", 0)
+            if signum:  # e.g. writing to a terminal closed by SIGHUP: report the signal, not the write
+                fail(f"interrupted ({signal.Signals(signum).name}); no output was written", 128 + signum)
 
             if not is_user_os_error(exc) or os.environ.get("TEXTDP_DEBUG"):
                 _unexpected(exc)
@@ -201,7 +217,9 @@ def opt_overwrite():
 
 
 def opt_quiet():
-    return typer.Option(False, "--quiet", "-q", help="No progress bars or summaries on stderr.")
+    return typer.Option(False, "--quiet", "-q", help="No progress bars (stderr), notes or summary (stdout); errors and "
+                        "warnings about the privacy budget are still printed on stderr, and --json still prints its "
+                        "summary on stdout.")
 
 
 def opt_json():

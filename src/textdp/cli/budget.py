@@ -61,6 +61,36 @@ def announce_forced(led, reservation: str) -> dict:
     return {"forced": True, "forced_reason": card_reason}
 
 
+#: the card's statement for a release made with --no-ledger (a parameter-level fact: on every such card,
+#: whether or not the dataset has a budget)
+NOT_RECORDED = ("not recorded in any privacy-budget ledger (--no-ledger): its spend is not counted against any "
+                "budget of the dataset")
+
+
+def announce_unrecorded(dataset: str, ledger_dir=None) -> bool:
+    """For ``--no-ledger`` (sanitize): when ``dataset`` has a budget in its ledger, print one warning
+    line on stderr (this release is not counted against it); returns whether it printed. Silent
+    when the dataset has no ledger or no budget, or the ledger cannot be read."""
+    from textdp.cli._common import err_console
+    from textdp.errors import TextDPError
+
+    try:
+        from textdp.accounting.ledger import Ledger
+
+        led = Ledger(dataset, ledger_dir)
+        budgets = led.budgets() if led.exists() else {}
+    except (TextDPError, OSError, ValueError):
+        return False
+    if not budgets:
+        return False
+    from textdp.accounting.ledger import Budget
+
+    caps = "; ".join(Budget.describe(b) for b in budgets.values())
+    err_console.print(f"[bold yellow]warning:[/] --no-ledger: this release is not recorded in the budget ledger of "
+                      f"the dataset, which has a budget ({esc(caps)}): its spend is not counted; the card says it is "
+                      "not recorded", highlight=False, soft_wrap=True)
+    return True
+
 
 def _plural(n: int, word: str, plural: str | None = None) -> str:
     """``1 release``, ``2 releases`` (``plural`` for irregular words)."""
@@ -175,7 +205,7 @@ def show(
             for e in led.releases()
         ]
         summary["open_reservation_log"] = [
-            {k: e.get(k) for k in ("id", "time", "command", "group", "guarantee", "pid")}
+            {k: e.get(k) for k in ("id", "time", "command", "group", "guarantee", "pid", "host", "outputs")}
             for e in led.open_reservations()
         ]
         print_json(summary)
@@ -237,12 +267,148 @@ def show(
     if opened:
         o = Table(title=f"{_plural(len(opened), 'open reservation')} (counted as spent: a release in progress, or a run "
                         "killed before it could record or cancel)")
-        for c in ("time", "command", "guarantee", "pid"):
+        for c in ("id", "time", "command", "guarantee", "process"):
             o.add_column(c)
         for e in opened:
-            o.add_row(e.get("time", ""), e.get("command", ""), guarantee_from_dict(e["guarantee"]).describe(),
-                      str(e.get("pid", "")))
+            o.add_row(str(e.get("id", ""))[:12], e.get("time", ""), e.get("command", ""),
+                      guarantee_from_dict(e["guarantee"]).describe(), esc(_process_text(e)))
         out_console.print(o)
+        out_console.print("an abandoned reservation (its run is gone): `textdp budget reservations DATASET` tells, "
+                          "`textdp budget settle DATASET ID` closes it", highlight=False, markup=False, soft_wrap=True)
+
+
+def _reservation_state(e: dict) -> dict:
+    """What is known of an open reservation's run and release: ``process`` (running | gone |
+    unknown), ``on_disk`` (the recorded outputs that exist), and what ``settle`` would do."""
+    import socket
+
+    from textdp.data.io import process_alive
+
+    pid, host = e.get("pid"), e.get("host")
+    if host is None or not isinstance(pid, int):
+        process = "unknown"  # recorded before reservations named their machine
+    elif host != socket.gethostname():
+        process = "unknown"  # another machine: its processes cannot be checked from here
+    else:
+        process = "running" if (pid == os.getpid() or process_alive(pid)) else "gone"
+    outputs = e.get("outputs")
+    on_disk = [o for o in outputs or [] if os.path.lexists(o)]
+    if outputs is None:
+        settle, why = "commit", "its outputs were not recorded, so whether it reached disk is unknown (the safe side)"
+    elif on_disk:
+        settle, why = "commit", (f"{'its ' + ('card' if on_disk[0].endswith('.card.json') else 'output') + ' exists' if len(on_disk) == 1 else 'its output and card exist'}"
+                                 f" ({', '.join(on_disk)}): a release that reached disk is spent")
+    else:
+        settle, why = "cancel", "no output or card of it exists: nothing was released"
+    return {"process": process, "outputs": outputs, "on_disk": on_disk, "settle": settle, "why": why}
+
+
+def _process_text(e: dict) -> str:
+    st = _reservation_state(e)
+    where = f"pid {e.get('pid')}" + (f" on {e['host']}" if e.get("host") else "")
+    return {"running": f"{where}: running", "gone": f"{where}: gone (abandoned)",
+            "unknown": f"{where}: cannot be checked from this machine"}[st["process"]]
+
+
+@budget_app.command("reservations")
+@handle_errors
+def reservations(
+    dataset: str = typer.Argument(..., help="Dataset: a file path or a built-in dataset name."),
+    ledger_dir: Optional[str] = _opt_ledger_dir(),
+    as_json: bool = opt_json(),
+):
+    """List the open reservations of DATASET: whether their run is still running or gone (abandoned:
+    killed before it could record or cancel), what of their release is on disk, and what
+    `textdp budget settle` would do with each."""
+    from textdp.accounting.guarantees import guarantee_from_dict
+
+    led = _open(dataset, ledger_dir, creating=False)
+    _check_not_deleted(led, dataset)
+    rows = []
+    for e in led.open_reservations():
+        st = _reservation_state(e)
+        rows.append({"id": e.get("id"), "time": e.get("time"), "command": e.get("command"), "group": e.get("group"),
+                     "guarantee": e.get("guarantee"), "pid": e.get("pid"), "host": e.get("host"),
+                     "forced": bool(e.get("forced")), **st})
+    if as_json:
+        print_json({"dataset": dataset, "ledger": str(led.path), "open_reservations": rows})
+        return
+    if not rows:
+        out_console.print(f"{dataset}: no open reservations", highlight=False, markup=False)
+        return
+    out_console.print(f"{_plural(len(rows), 'open reservation')} of {dataset} (each counted as spent until closed):",
+                      highlight=False, markup=False, soft_wrap=True)
+    for e, r in zip(led.open_reservations(), rows):
+        would = (f"{r['settle']}: {r['why']}" if r["process"] != "running" else
+                 "refused: its run is still running and closes it itself")
+        for line in (f"{r['id']}  {r['time']}  {r['command']}",
+                     f"  guarantee: {guarantee_from_dict(e['guarantee']).describe()}" + ("  (forced)" if r["forced"] else ""),
+                     f"  process: {_process_text(e)}",
+                     f"  settle would {would}"):
+            out_console.print(line, highlight=False, markup=False, soft_wrap=True)
+    out_console.print("close an abandoned one with `textdp budget settle DATASET ID` (an id prefix is enough)",
+                      highlight=False, markup=False, soft_wrap=True)
+
+
+@budget_app.command("settle")
+@handle_errors
+def settle(
+    dataset: str = typer.Argument(..., help="Dataset: a file path or a built-in dataset name."),
+    reservation: str = typer.Argument(..., help="The reservation's id, or a unique start of it (see `textdp budget "
+                                      "reservations DATASET`)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Settle without asking for confirmation."),
+    ledger_dir: Optional[str] = _opt_ledger_dir(),
+    as_json: bool = opt_json(),
+):
+    """Close a reservation abandoned by a run that was killed (SIGKILL, power loss): cancel it when no
+    output or card of its release exists (its budget is available again), otherwise commit its charge
+    (a release that reached disk is spent). Refused while its run is still running. Recorded in the
+    ledger."""
+    import json as _json
+
+    from textdp.accounting.guarantees import guarantee_from_dict
+    from textdp.errors import InputError
+
+    led = _open(dataset, ledger_dir, creating=False)
+    _check_not_deleted(led, dataset)
+    e = led.find_open_reservation(reservation)
+    st = _reservation_state(e)
+    rid = e["id"]
+    if st["process"] == "running":
+        raise InputError(f"reservation {rid[:12]} belongs to a run that is still running (pid {e.get('pid')} on this "
+                         "machine): it records or cancels it itself; stop that run first")
+    what = (f"reservation {rid[:12]} ({e.get('command', '')}, {guarantee_from_dict(e['guarantee']).describe()}, "
+            f"{e.get('time', '')})")
+    action = ("cancel it (its budget becomes available again)" if st["settle"] == "cancel" else
+              "commit its charge (it stays spent, as a release)")
+    if not yes:
+        note = "" if st["process"] == "gone" else " Its run cannot be checked from this machine: make sure it has ended."
+        try:
+            ok = typer.confirm(f"{what}: {st['why']}. Settle it, i.e. {action}?{note}", default=False, err=True)
+        except (typer.Abort, EOFError):
+            ok = False
+        if not ok:
+            from textdp.cli._common import fail
+
+            fail("not settled: nothing was changed (answer y, or pass --yes)", 1)
+    card = None
+    if st["settle"] == "commit":
+        for o in st["on_disk"]:
+            if o.endswith(".card.json"):
+                try:
+                    card = _json.loads(open(o, encoding="utf-8").read())
+                except (OSError, ValueError):
+                    card = None
+    entry = led.settle(rid, commit=st["settle"] == "commit", reason=st["why"], card=card)
+    result = {"dataset": dataset, "reservation": rid,
+              "settled": {"cancel": "cancelled", "commit": "committed"}[st["settle"]],
+              "reason": st["why"], "entry": entry.get("type")}
+    if as_json:
+        print_json(result)
+        return
+    out_console.print(f"settled {what}: " + ("cancelled: its budget is available again" if st["settle"] == "cancel"
+                                             else "committed: its charge is recorded as a release")
+                      + f" ({st['why']})", highlight=False, markup=False, soft_wrap=True)
 
 
 @budget_app.command("set")

@@ -5,6 +5,7 @@ and printing lives here."""
 from __future__ import annotations
 
 import importlib
+import signal as _signal
 
 import typer
 
@@ -55,14 +56,27 @@ for _mod in _COMMAND_MODULES:
 
 
 _SIGTERM_RECEIVED = False
+_SIGNAL_RECEIVED = 0  # the first SIGTERM or SIGHUP received (0: none)
+
+#: signals that end a run like Ctrl-C (clean-up, then exit 128 + the signal)
+_TERMINATING = tuple(s for s in (getattr(_signal, "SIGTERM", None), getattr(_signal, "SIGHUP", None)) if s is not None)
 
 
 def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001
-    global _SIGTERM_RECEIVED
-    from textdp.cli._common import Terminated
+    """SIGTERM (``timeout``, ``kill``) and SIGHUP (a closed terminal or SSH session): raise
+    Terminated / HungUp, so the command cleans up as for Ctrl-C (temporary files removed, folders
+    it created removed, its budget reservation cancelled). Only the first one raises: a second
+    signal during that clean-up is ignored, so the clean-up itself is not cut short."""
+    global _SIGTERM_RECEIVED, _SIGNAL_RECEIVED
+    import signal
 
+    from textdp.cli._common import HungUp, Terminated
+
+    if _SIGNAL_RECEIVED:
+        return
     _SIGTERM_RECEIVED = True
-    raise Terminated
+    _SIGNAL_RECEIVED = signum
+    raise HungUp if signum == getattr(signal, "SIGHUP", None) else Terminated
 
 
 def _usage_error_line(exc) -> str:
@@ -75,7 +89,7 @@ def _usage_error_line(exc) -> str:
 
 def main() -> None:
     """Entry point: runs the app; usage errors are one line on stderr with exit code 2; Ctrl-C
-    exits 130 and SIGTERM 143 (128 + the signal), after the same clean-up."""
+    exits 130, SIGTERM 143 and SIGHUP 129 (128 + the signal), after the same clean-up."""
     import os
     import signal
     import sys
@@ -88,10 +102,11 @@ def main() -> None:
     click_error = getattr(cx, "ClickException", ())
     abort = tuple(c for c in (getattr(typer, "Abort", None), getattr(cx, "Abort", None)) if c is not None)
 
-    try:  # SIGTERM (timeout, kill) cleans up like Ctrl-C: atomic writers remove temp files
-        signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
-    except (ValueError, OSError):  # not the main thread / unsupported platform
-        pass
+    for sig in _TERMINATING:  # SIGTERM (timeout, kill), SIGHUP (terminal closed) clean up like Ctrl-C
+        try:
+            signal.signal(sig, _sigterm_to_interrupt)
+        except (ValueError, OSError):  # not the main thread / unsupported platform
+            pass
     try:
         rv = app(standalone_mode=False)
     except BrokenPipeError:  # e.g. `textdp --help | head -1`: the reader left; exit quietly
@@ -111,14 +126,18 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except abort:
-        sys.stderr.write("interrupted\n")
-        sys.exit(143 if _SIGTERM_RECEIVED else 130)
-    if rv == 130 and _SIGTERM_RECEIVED:  # interrupted by SIGTERM outside a command body: 128 + 15
-        rv = 143
+        try:
+            sys.stderr.write("interrupted\n")
+        except (OSError, ValueError):  # the terminal went away (SIGHUP)
+            pass
+        sys.exit(128 + _SIGNAL_RECEIVED if _SIGNAL_RECEIVED else 130)
+    if rv == 130 and _SIGNAL_RECEIVED:  # interrupted by SIGTERM/SIGHUP outside a command body: 128 + it
+        rv = 128 + _SIGNAL_RECEIVED
     if rv in (0, None):  # the outputs (and the ledger's release) are in place: a Ctrl-C or SIGTERM
         try:             # during interpreter shutdown must not turn a finished run into exit 130
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for sig in _TERMINATING:
+                signal.signal(sig, signal.SIG_IGN)
         except (ValueError, OSError):  # not the main thread / unsupported platform
             pass
     sys.exit(rv if isinstance(rv, int) else 0)

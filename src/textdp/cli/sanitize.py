@@ -126,6 +126,8 @@ def sanitize_command(
 
         raise OutputError(f"--output {str(out)!r} is a folder; give a file name inside it, e.g. {str(out / 'out.csv')!r}")
     io.detect_format(out)
+    # the file's size, mtime and inode before anything reads it: a change between the passes is refused
+    input_state = None if builtin else io.file_state(input)
     created = io.make_missing_folders(out.parent)
     try:
         io.check_output_path(out, [None if builtin else input], overwrite=overwrite)
@@ -144,6 +146,13 @@ def sanitize_command(
             led = Ledger(input, ledger_dir)
             if not force:  # a refusal known now costs no reading at all
                 led.check(mech.guarantee)
+        else:  # one warning line when the dataset has a budget; the card says the release is not recorded
+            from textdp.cli.budget import NOT_RECORDED, announce_unrecorded
+
+            announce_unrecorded(input, ledger_dir)
+            forced_card["ledger"] = NOT_RECORDED
+        # the input is read twice (count, then sanitize): a change between the passes is refused
+        watch = None if builtin else io.InputWatch(input, input_state, led.input_sha256 if led is not None else None)
     except BaseException:
         io.remove_empty_folders(created)
         raise
@@ -153,28 +162,31 @@ def sanitize_command(
         written (issue 8): the budget is reserved under the ledger lock; refused -> nothing written."""
         if led is not None:
             reservation.append(led.reserve(mech.guarantee, command=f"sanitize --mechanism {mech_name}",
-                                           force=force))
+                                           force=force, outputs=[out, card_path(out)]))
             if force:  # a refusal overridden: one warning line, and the card states it
                 from textdp.cli.budget import announce_forced
 
                 forced_card.update(announce_forced(led, reservation[0]))
 
+    from textdp.accounting.card import card_path
+
+    written: list = []  # the output and card once in place, until the ledger has recorded them
     try:
         stats, card_file, mech = _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_size,
                                       quiet, load_dataset, io, privacy_statistics,
-                                      lambda **kw: build_card(**kw, **forced_card), write_card, reserve_budget)
+                                      lambda **kw: build_card(**kw, **forced_card), write_card, reserve_budget,
+                                      watch=watch)
         if led is not None:  # the release closes the reservation (with its card) once the card is written
-            from textdp.errors import BudgetExceededError
-
-            try:
-                led.record(mech.guarantee, card=json.loads(Path(card_file).read_text(encoding="utf-8")),
-                           input_path=None if builtin else input, command=f"sanitize --mechanism {mech_name}",
-                           force=force, reservation=reservation[0])
-            except BudgetExceededError:
-                for f in (out, Path(card_file)):
-                    f.unlink(missing_ok=True)
-                raise
+            written[:] = [out, Path(card_file)]
+            led.record(mech.guarantee, card=json.loads(Path(card_file).read_text(encoding="utf-8")),
+                       input_hash=watch.sha256 if watch is not None else None,  # the bytes that were released
+                       command=f"sanitize --mechanism {mech_name}", force=force, reservation=reservation[0])
+            written.clear()
     except BaseException:
+        # refused at the final check, or interrupted (SIGTERM, SIGHUP) between the output's rename and
+        # the ledger's record: no release stays on disk whose spend the ledger does not hold
+        for f in written:
+            Path(f).unlink(missing_ok=True)
         if led is not None and reservation:
             led.cancel(reservation[0])
         io.remove_empty_folders(created)
@@ -224,7 +236,8 @@ def sanitize_command(
 
 
 def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_size,
-         quiet, load_dataset, io, privacy_statistics, build_card, write_card, reserve_budget=lambda: None):
+         quiet, load_dataset, io, privacy_statistics, build_card, write_card, reserve_budget=lambda: None,
+         watch=None):
     from textdp.cli._common import progress as make_progress
     from textdp.errors import InputError
 
@@ -246,7 +259,9 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
     else:
         def chunks():
             left = limit
-            for df, c in io.iter_table_chunks(input, text_column=text_column, chunksize=chunk_size):
+            # a null text passes through unchanged; each JSON Lines row keeps its own keys
+            for df, c in io.iter_table_chunks(input, text_column=text_column, chunksize=chunk_size, nulls="keep",
+                                              row_keys=True):
                 if left is not None:
                     if left <= 0:
                         return
@@ -260,7 +275,7 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
         for i, (df, col) in enumerate(chunks()):
             # the first chunk keeps its tokens (a one-chunk input is tokenized once);
             # later chunks are only counted (streaming: nothing is kept)
-            mech.partial_fit(df[col].tolist(), keep_tokens=i == 0)
+            mech.partial_fit(_texts(df[col]), keep_tokens=i == 0)
             n_docs += len(df)
             bar.update(task, completed=n_docs)
         if mech._fitted is None or mech._fitted.tokens == 0:
@@ -281,7 +296,8 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
         try:
             with io.TableWriter(out, text_column=col) as writer:
                 stats, new_card = _sanitize_into(writer, chunks, mech, bar, san, task, total_tokens,
-                                                 out, chunk_size, privacy_statistics, build_card, write_card)
+                                                 out, chunk_size, privacy_statistics, build_card, write_card,
+                                                 watch)
         except BaseException:
             # the table's final rename failed (or was interrupted) after the card was written:
             # do not leave a new card describing an output that is not there
@@ -295,6 +311,12 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
     return stats, card_file, mech
 
 
+def _texts(column) -> list[str]:
+    """The texts of a chunk's text column, a null (None) read as the empty document (it is
+    written back as null: nothing to sanitize; record indices stay those of the input)."""
+    return ["" if t is None else t for t in column.tolist()]
+
+
 def _identity(path):
     """``(inode, mtime_ns)`` of ``path``, or None when it does not exist."""
     try:
@@ -305,22 +327,50 @@ def _identity(path):
 
 
 def _sanitize_into(writer, chunks, mech, bar, san, task, total_tokens, out, chunk_size,
-                   privacy_statistics, build_card, write_card):
+                   privacy_statistics, build_card, write_card, watch=None):
     """Pass 2: sanitize chunk by chunk into the open table ``writer``, then write the card;
-    returns ``(stats, card_file)``."""
+    returns ``(stats, card_file)``. ``watch`` (an :class:`~textdp.data.io.InputWatch` of a file
+    input): the input must be the one pass 1 read (size, mtime, inode at every chunk; SHA-256
+    before the card is written), else InputError, and nothing is written."""
+    if watch is None:
+        return _sanitize_chunks(writer, chunks, mech, bar, san, task, total_tokens, out, chunk_size,
+                                privacy_statistics, build_card, write_card, lambda: None)
+    watch.check()
+    try:
+        return _sanitize_chunks(writer, chunks, mech, bar, san, task, total_tokens, out, chunk_size,
+                                privacy_statistics, build_card, write_card, lambda: watch.check(full=True),
+                                watch.check)
+    except Exception:
+        what = watch.changed()  # a failure caused by a file changing under us is reported as that
+        if what is not None:
+            raise watch.error(what) from None
+        raise
+
+
+def _sanitize_chunks(writer, chunks, mech, bar, san, task, total_tokens, out, chunk_size,
+                     privacy_statistics, build_card, write_card, before_card, after_chunk=lambda: None):
     stats = None
     mech.begin_release()  # one key for the whole file; each document draws from its own keyed streams
     first = 0
     other_columns: list[str] = []
     for df, col in chunks():
+        after_chunk()
         if first == 0:
-            other_columns = [str(c) for c in df.columns if c != col]
-        texts, st = mech.sanitize_with_stats(df[col].tolist(), progress=lambda k: bar.advance(san, k),
+            from textdp.data.io import ROW_KEYS
+
+            other_columns = [str(c) for c in df.columns if c != col and c != ROW_KEYS]
+        original = df[col].tolist()
+        texts, st = mech.sanitize_with_stats(_texts(df[col]), progress=lambda k: bar.advance(san, k),
                                              first_record=first)
         first += len(df)
-        df[col] = texts
+        # a null text (JSON null, Parquet null) has nothing to sanitize: it is written back as null
+        import pandas as pd
+
+        df[col] = pd.Series([None if o is None else t for o, t in zip(original, texts)], index=df.index,
+                            dtype=object)
         writer.write(df)
         stats = st if stats is None else stats.merge(st)
+    before_card()
     bar.update(san, completed=total_tokens)
     bar.update(task, description="writing the privacy card")
     card = _card(mech, out, privacy_statistics, build_card, other_columns)

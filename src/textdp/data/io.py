@@ -47,12 +47,15 @@ __all__ = [
     "write_table",
     "atomic_output",
     "make_missing_folders",
+    "remove_dead_leftovers",
     "remove_empty_folders",
     "atomic_outputs",
     "check_output_path",
     "describe_os_error",
     "guess_text_column",
     "TableWriter",
+    "InputWatch",
+    "file_state",
 ]
 
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "txt")
@@ -139,21 +142,84 @@ def _find_bad_line(path: Path, encoding: str = "utf-8") -> tuple[int, str] | Non
     return None
 
 
-def _decode_error(path: Path, encoding: str) -> InputError:
+def _guess_encoding(path: Path) -> tuple[str, str] | None:
+    """``(name, iconv -f argument)`` of the likely encoding of a file that is not UTF-8, from its
+    first 64 KiB: a UTF-32/UTF-16 byte-order mark, UTF-16 without one (NUL bytes at every other
+    position), else a single-byte encoding (Windows-1252 when bytes 0x80-0x9F occur, which are
+    its curly quotes and dashes, else Latin-1). None when it cannot tell (no high bytes)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(4)
+            head = fh.read(1 << 16)
     except OSError:
-        head = b""
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # a UTF-16 byte-order mark
-        return InputError(f"{path.name}: the file is UTF-16 (it starts with a UTF-16 byte-order mark); re-encode "
-                          "it as UTF-8 (e.g. iconv -f utf-16 -t utf-8 IN > OUT)")
-    bad = _find_bad_line(path, encoding)
-    where = f" on line {bad[0]}" if bad else ""
-    return InputError(
-        f"{path.name}: bytes that are not valid {encoding}{where}; re-encode the file as UTF-8 "
-        f"(e.g. iconv -f latin1 -t utf-8 IN > OUT if it is Latin-1)"
-    )
+        return None
+    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "UTF-32 (it starts with a UTF-32 byte-order mark)", "utf-32"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16 (it starts with a UTF-16 byte-order mark)", "utf-16"
+    sample = head[: len(head) // 2 * 2]
+    if len(sample) >= 4:
+        even, odd = sample[0::2], sample[1::2]
+        if odd.count(0) >= 0.3 * len(odd) and even.count(0) < 0.05 * len(even):
+            return "UTF-16 little-endian (every other byte is NUL)", "utf-16le"
+        if even.count(0) >= 0.3 * len(even) and odd.count(0) < 0.05 * len(odd):
+            return "UTF-16 big-endian (every other byte is NUL)", "utf-16be"
+    if any(b >= 0x80 for b in head):
+        for cut in range(4):  # valid UTF-8 at the start (a bad byte further on): no single-byte guess
+            try:
+                head[: len(head) - cut].decode("utf-8")
+                return None
+            except UnicodeDecodeError:
+                continue
+        if any(0x80 <= b <= 0x9F for b in head):
+            return "Windows-1252 (a Western single-byte encoding)", "windows-1252"
+        return "Latin-1 (ISO-8859-1, a Western single-byte encoding)", "latin1"
+    return None
+
+
+def _reencode_hint(path: Path, source: str) -> str:
+    """``iconv -f SOURCE -t UTF-8 'in.txt' > 'in.utf8.txt'``: a re-encoding line for ``path``."""
+    import shlex
+
+    out = path.with_name(f"{path.stem}.utf8{path.suffix}")
+    return f"iconv -f {source} -t utf-8 {shlex.quote(path.name)} > {shlex.quote(out.name)}"
+
+
+def _decode_error(path: Path, encoding: str, line: int | None = None) -> InputError:
+    """One line for a file that is not ``encoding``: the likely encoding (a UTF-16/UTF-32
+    byte-order mark or NUL pattern, else Latin-1/Windows-1252) and the iconv line that converts it;
+    ``line``: the first bad line when the caller knows it (else it is searched)."""
+    guess = _guess_encoding(path)
+    if guess is not None and guess[1].startswith("utf-"):
+        return InputError(f"{path.name}: the file is {guess[0]}, not {encoding}; re-encode it as UTF-8: "
+                          f"{_reencode_hint(path, guess[1])}")
+    if line is None:
+        bad = _find_bad_line(path, encoding)
+        line = bad[0] if bad else None
+    where = f" on line {line}" if line else ""
+    if guess is not None:
+        return InputError(f"{path.name}: bytes that are not valid {encoding}{where}; it looks like "
+                          f"{guess[0]}: re-encode it as UTF-8: {_reencode_hint(path, guess[1])}")
+    return InputError(f"{path.name}: bytes that are not valid {encoding}{where}; re-encode the file as UTF-8 "
+                      f"(e.g. {_reencode_hint(path, 'latin1')} if it is Latin-1)")
+
+
+def _check_not_utf16(path: Path, fmt: str, encoding: str) -> None:
+    """Refuse a UTF-16/UTF-32 text file up front (before a parser reads its NUL bytes as text),
+    naming the encoding and the iconv line."""
+    if fmt == "parquet" or encoding.lower().replace("_", "-") not in ("utf-8", "utf8"):
+        return
+    guess = _guess_encoding(path)
+    if guess is not None and guess[1].startswith("utf-"):
+        raise _decode_error(path, encoding)
+
+
+def _nul_error(path: Path, where: str) -> InputError:
+    """A NUL byte in text: UTF-16 without a byte-order mark (named, with its iconv line), else binary."""
+    guess = _guess_encoding(path)
+    if guess is not None and guess[1].startswith("utf-"):
+        return InputError(f"{path.name}: the file is {guess[0]}, not UTF-8; re-encode it as UTF-8: "
+                          f"{_reencode_hint(path, guess[1])}")
+    return InputError(f"{path.name}: NUL byte {where}; it looks like a binary file, not text")
 
 
 def guess_text_column(columns: list[str]) -> str:
@@ -171,7 +237,37 @@ def guess_text_column(columns: list[str]) -> str:
     )
 
 
-def _finish(df: pd.DataFrame, path: Path, text_column: str | None) -> tuple[pd.DataFrame, str]:
+#: hidden column of the frames read with ``row_keys=True``: each JSON Lines row's own keys, in its own
+#: order, so that a writer gives every row back exactly its keys (and no other row's); dropped by
+#: every other format
+ROW_KEYS = "__textdp_row_keys__"
+
+
+def _value_kind(v) -> str:
+    if isinstance(v, bool):
+        return "true/false value"
+    if isinstance(v, (int, float)) or type(v).__module__ == "numpy" and getattr(v, "shape", None) == ():
+        return "number"
+    if isinstance(v, dict):
+        return "JSON object"
+    if isinstance(v, (list, tuple)) or hasattr(v, "shape"):
+        return "list"
+    if isinstance(v, bytes):
+        return "bytes value"
+    return f"{type(v).__name__} value"
+
+
+def _finish(df: pd.DataFrame, path: Path, text_column: str | None, nulls: str = "empty",
+            lines: list[int] | None = None, first_row: int = 0) -> tuple[pd.DataFrame, str]:
+    """Find and check the text column of one chunk.
+
+    A text column must hold strings: a numeric, boolean or date column (Parquet), or a non-string
+    value (JSON Lines: a number, true/false, a list or an object) is refused with one line naming
+    the column (and the line or row). Missing values (JSON null, Parquet null): ``nulls="empty"``
+    makes them "" (commands that read text as documents), ``"keep"`` keeps them as None (sanitize
+    passes them through unchanged). ``lines``: the file line of each row (JSON Lines), for messages;
+    ``first_row``: rows before this chunk (messages name the row within the file).
+    """
     if df.shape[0] == 0:
         raise InputError(f"{path.name}: no rows to read")
     col = text_column if text_column is not None else guess_text_column(list(df.columns))
@@ -180,15 +276,56 @@ def _finish(df: pd.DataFrame, path: Path, text_column: str | None) -> tuple[pd.D
             f"{path.name}: no column {col!r} (columns: {', '.join(map(str, list(df.columns)[:10]))}); "
             "pass the right --text-column"
         )
-    if df[col].dtype == object and pd.api.types.infer_dtype(df[col], skipna=True) not in ("string", "empty"):
-        if df[col].map(lambda v: isinstance(v, (list, tuple, dict, bytes)) or hasattr(v, "shape")).any():
-            raise InputError(f"{path.name}: column {col!r} holds nested values (lists/objects/bytes), not text; "
-                             "pass the right --text-column or flatten the file")
-    df[col] = df[col].fillna("").astype(str)
-    nul = df[col].str.contains("\x00", regex=False)
+    s = df[col]
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        s = s.astype(object)
+    if not (s.dtype == object or pd.api.types.is_string_dtype(s.dtype)):
+        kind = ("true/false" if pd.api.types.is_bool_dtype(s.dtype) else
+                "numeric" if pd.api.types.is_numeric_dtype(s.dtype) else
+                "date/time" if pd.api.types.is_datetime64_any_dtype(s.dtype) else str(s.dtype))
+        raise InputError(f"{path.name}: text column {col!r} holds {kind} values ({s.dtype}), not strings; textdp "
+                         "reads text only: pass the right --text-column, or store the column as strings")
+    isnull = s.isna().to_numpy()
+    if s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) not in ("string", "empty"):
+        bad = [i for i, v in enumerate(s.tolist()) if not isnull[i] and not isinstance(v, str)]
+        if bad:
+            v = s.iloc[bad[0]]
+            where = f"line {lines[bad[0]]}" if lines is not None else f"row {first_row + bad[0] + 1}"
+            if isinstance(v, (list, tuple, dict, bytes)) or hasattr(v, "shape") and getattr(v, "shape", ()) != ():
+                raise InputError(f"{path.name}: column {col!r} holds nested values (lists/objects/bytes), not text "
+                                 f"({where}); pass the right --text-column or flatten the file")
+            raise InputError(f"{path.name}: text column {col!r} holds a {_value_kind(v)} on {where}, not a string; "
+                             "textdp reads text only: pass the right --text-column, or write the value as a string")
+    if nulls == "keep":  # an object Series: a list with None would become NaN
+        s = pd.Series([None if isnull[i] else v for i, v in enumerate(s.tolist())], index=df.index, dtype=object)
+    else:
+        s = s.where(~isnull, "").astype(str)
+    df[col] = s
+    nul = s.str.contains("\x00", regex=False, na=False)
     if nul.any():
-        raise InputError(f"{path.name}: NUL byte in column {col!r} (row {int(nul.to_numpy().argmax()) + 1} of this "
-                         "chunk); it looks like a binary file, not text")
+        i = int(nul.to_numpy().argmax())
+        raise _nul_error(path, f"in column {col!r} ({f'line {lines[i]}' if lines is not None else f'row {first_row + i + 1}'})")
+    return df, col
+
+
+def _jsonl_frame(objs: list[dict], lines: list[int], path: Path, col: str | None, nulls: str = "empty",
+                 row_keys: bool = False, first_row: int = 0) -> tuple[pd.DataFrame, str]:
+    """The frame of JSON Lines rows ``objs`` (read from file lines ``lines``) and its text column.
+    A row without the text field is refused with its line number (a row without text is written
+    with ``null``); ``row_keys``: add :data:`ROW_KEYS`."""
+    df = pd.DataFrame(objs, dtype=object)  # object: 123 stays 123 (not 123.0 next to a null)
+    if df.shape[1] == 0:
+        raise InputError(f"{path.name}: line {lines[0]} is an empty JSON object; each line needs the text field")
+    if col is None:
+        col = guess_text_column(list(df.columns))
+    if col in df.columns:
+        for obj, i in zip(objs, lines):
+            if col not in obj:
+                raise InputError(f"{path.name}: line {i} has no {col!r} field; every line needs the text field "
+                                 f"(write \"{col}\": null for a row without text)")
+    df, col = _finish(df, path, col, nulls, lines, first_row)
+    if row_keys:
+        df[ROW_KEYS] = [tuple(o) for o in objs]
     return df, col
 
 
@@ -201,15 +338,12 @@ def _read_txt(path: Path, encoding: str, nrows: int | None = None) -> pd.DataFra
             try:
                 line = raw.decode(encoding)
             except UnicodeDecodeError:
-                raise InputError(
-                    f"{path.name}: bytes that are not valid {encoding} on line {i}; re-encode the file "
-                    "as UTF-8 (e.g. iconv -f latin1 -t utf-8 IN > OUT)"
-                ) from None
+                raise _decode_error(path, encoding, i) from None
             if i == 1 and line.startswith("\ufeff"):
                 line = line[1:]
             lines.append(line.rstrip("\r\n"))
     if "\x00" in "".join(lines[:1000]):
-        raise InputError(f"{path.name}: contains NUL bytes; it looks like a binary file, not text")
+        raise _nul_error(path, "in the text")
     return pd.DataFrame({"text": lines})
 
 
@@ -231,6 +365,7 @@ def read_table(
     _check_readable(p)
     fmt = detect_format(p, fmt)
     _check_width(p, fmt)
+    _check_not_utf16(p, fmt, encoding)
     try:
         if fmt == "txt":
             df = _read_txt(p, encoding)
@@ -247,7 +382,10 @@ def read_table(
                     index_col=False,
                 )
         elif fmt == "jsonl":
-            df = _read_jsonl(p, encoding)
+            objs, numbers = _read_jsonl(p, encoding)
+            if not objs:
+                raise InputError(f"{p.name}: no rows to read")
+            return _jsonl_frame(objs, numbers, p, text_column)
         else:  # parquet
             df = pd.read_parquet(p)
     except UnicodeDecodeError:
@@ -284,8 +422,9 @@ def _long_rows_are_errors():
                 "a row has more fields than the header; quote text that contains the separator") from None
 
 
-def _read_jsonl(path: Path, encoding: str, nrows: int | None = None, start: int = 0) -> pd.DataFrame:
-    rows = []
+def _read_jsonl(path: Path, encoding: str, nrows: int | None = None, start: int = 0):
+    """``(rows, line numbers)`` of a JSON Lines file (blank lines skipped)."""
+    rows, numbers = [], []
     with open(path, "rb") as fh:
         for i, raw in enumerate(fh, start=1):
             if i <= start:
@@ -295,9 +434,7 @@ def _read_jsonl(path: Path, encoding: str, nrows: int | None = None, start: int 
             try:
                 line = raw.decode(encoding)
             except UnicodeDecodeError:
-                raise InputError(
-                    f"{path.name}: bytes that are not valid {encoding} on line {i}; re-encode as UTF-8"
-                ) from None
+                raise _decode_error(path, encoding, i) from None
             if i == 1 and line.startswith("\ufeff"):
                 line = line[1:]
             if not line.strip():
@@ -311,7 +448,8 @@ def _read_jsonl(path: Path, encoding: str, nrows: int | None = None, start: int 
             if not isinstance(obj, dict):
                 raise InputError(f"{path.name}: line {i} is JSON but not an object; each line must be a JSON object")
             rows.append(obj)
-    return pd.DataFrame(rows, dtype=object)  # object: 123 stays 123 (not 123.0 next to a null)
+            numbers.append(i)
+    return rows, numbers
 
 
 def iter_table_chunks(
@@ -320,11 +458,15 @@ def iter_table_chunks(
     fmt: str | None = None,
     chunksize: int = 50_000,
     encoding: str = "utf-8",
+    nulls: str = "empty",
+    row_keys: bool = False,
 ) -> Iterator[tuple[pd.DataFrame, str]]:
     """Stream ``(chunk, text_column)`` pairs of at most ``chunksize`` rows.
 
     Memory is bounded by the chunk size (for Parquet, by one row group). Errors
     as in :func:`read_table`; a decoding error names the line within the file.
+    ``nulls``: ``"empty"`` (missing texts become "") or ``"keep"`` (None); ``row_keys``:
+    JSON Lines chunks carry :data:`ROW_KEYS` (each row's own keys, for the writers).
     """
     p = Path(path)
     _check_readable(p)
@@ -332,6 +474,7 @@ def iter_table_chunks(
     if chunksize < 1:
         raise ParameterError("chunksize must be >= 1")
     _check_width(p, fmt)
+    _check_not_utf16(p, fmt, encoding)
     col = text_column
     n = 0
     try:
@@ -340,7 +483,7 @@ def iter_table_chunks(
 
             pf = pq.ParquetFile(p)
             for batch in pf.iter_batches(batch_size=chunksize):
-                df, col = _finish(batch.to_pandas(), p, col)
+                df, col = _finish(batch.to_pandas(), p, col, nulls, first_row=n)
                 n += len(df)
                 yield df, col
         elif fmt in ("csv", "tsv"):
@@ -359,11 +502,11 @@ def iter_table_chunks(
                     df = next(reader, None)
                 if df is None:
                     break
-                df, col = _finish(df, p, col)
+                df, col = _finish(df, p, col, nulls, first_row=n)
                 n += len(df)
                 yield df, col
         else:
-            yield from _iter_lines_chunks(p, fmt, col, chunksize, encoding)
+            yield from _iter_lines_chunks(p, fmt, col, chunksize, encoding, nulls, row_keys)
             return
     except UnicodeDecodeError:
         raise _decode_error(p, encoding) from None
@@ -380,22 +523,28 @@ def iter_table_chunks(
         raise InputError(f"{p.name}: no rows to read")
 
 
-def _iter_lines_chunks(p: Path, fmt: str, col: str | None, chunksize: int, encoding: str):
+def _iter_lines_chunks(p: Path, fmt: str, col: str | None, chunksize: int, encoding: str, nulls: str = "empty",
+                       row_keys: bool = False):
     buf: list = []
+    numbers: list[int] = []
     n = 0
+
+    def frame():
+        if fmt == "txt":
+            return _finish(pd.DataFrame({"text": buf}), p, col, nulls, first_row=n)
+        return _jsonl_frame(buf, numbers, p, col, nulls, row_keys, first_row=n)
+
     with open(p, "rb") as fh:
         for i, raw in enumerate(fh, start=1):
             try:
                 line = raw.decode(encoding)
             except UnicodeDecodeError:
-                raise InputError(
-                    f"{p.name}: bytes that are not valid {encoding} on line {i}; re-encode the file as UTF-8"
-                ) from None
+                raise _decode_error(p, encoding, i) from None
             if i == 1 and line.startswith("\ufeff"):
                 line = line[1:]
             if fmt == "txt":
                 if "\x00" in line:
-                    raise InputError(f"{p.name}: NUL byte on line {i}; it looks like a binary file, not text")
+                    raise _nul_error(p, f"on line {i}")
                 buf.append(line.rstrip("\r\n"))
             else:
                 if not line.strip():
@@ -407,19 +556,80 @@ def _iter_lines_chunks(p: Path, fmt: str, col: str | None, chunksize: int, encod
                 if not isinstance(obj, dict):
                     raise InputError(f"{p.name}: line {i} is JSON but not an object")
                 buf.append(obj)
+                numbers.append(i)
             if len(buf) >= chunksize:
-                df = pd.DataFrame({"text": buf}) if fmt == "txt" else pd.DataFrame(buf, dtype=object)
-                df, col = _finish(df, p, col)
+                df, col = frame()
                 n += len(df)
                 yield df, col
-                buf = []
+                buf, numbers = [], []
     if buf:
-        df = pd.DataFrame({"text": buf}) if fmt == "txt" else pd.DataFrame(buf, dtype=object)
-        df, col = _finish(df, p, col)
+        df, col = frame()
         n += len(df)
         yield df, col
     if n == 0:
         raise InputError(f"{p.name}: no rows to read")
+
+
+# ----------------------------------------------------------------------------- inputs read more than once
+def file_state(path: str | os.PathLike) -> tuple[int, int, int]:
+    """``(size, mtime_ns, inode)`` of a file: taken before a file is first read, compared by
+    :class:`InputWatch` at later reads."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
+    """SHA-256 (hex) of a file's bytes, streamed."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            b = fh.read(block)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+class InputWatch:
+    """Detects that an input file read in several passes changed between them (documents
+    appended while it is being read, the file replaced): its size, modification time (ns) or
+    inode differ from ``state`` (:func:`file_state`, taken before the first read), or its
+    SHA-256 differs from ``sha256`` (computed now when not given). :meth:`check` raises
+    InputError (one line) on a change; ``full=True`` also re-hashes the file."""
+
+    def __init__(self, path: str | os.PathLike, state: tuple[int, int, int] | None = None, sha256: str | None = None):
+        self.path = Path(path)
+        self.state = file_state(self.path) if state is None else state
+        self.sha256 = sha256 if sha256 is not None else file_sha256(self.path)
+
+    def changed(self, full: bool = False) -> str | None:
+        """What changed (``"size"``, ``"modification time"``, ...) or None."""
+        try:
+            now = file_state(self.path)
+        except OSError:
+            return "existence (it was removed or renamed)"
+        what = [w for w, a, b in zip(("size", "modification time", "inode (it was replaced)"), self.state, now) if a != b]
+        if what:
+            return " and ".join(what)
+        if full:
+            try:
+                if file_sha256(self.path) != self.sha256:
+                    return "content (SHA-256)"
+            except OSError:
+                return "existence (it was removed or renamed)"
+        return None
+
+    def error(self, what: str) -> InputError:
+        return InputError(f"input {str(self.path)!r} changed while it was being read (its {what} differs from when "
+                          "the run started: is another program still writing it?); nothing was written or charged "
+                          "to the budget; rerun once the file is complete")
+
+    def check(self, full: bool = False) -> None:
+        what = self.changed(full)
+        if what is not None:
+            raise self.error(what)
 
 
 # ----------------------------------------------------------------------------- operating-system errors
@@ -445,8 +655,10 @@ _OS_REASONS = {
 }
 #: errnos that only a write can cause: such an error without a file name is attributed to the output
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
-#: temporary names made by atomic_output(s)/atomic_output_dir: ".NAME.XXXXXXXX.tmp" (or .old)
-_TMP_NAME = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.(?:tmp|old)$")
+#: temporary names made by atomic_output(s)/atomic_output_dir: ".NAME.PID@HOST.XXXXXXXX.tmp" (PID@HOST:
+#: the writing process, see :func:`_owner_tag`), ".NAME.XXXXXXXX.old" (backups) and the older
+#: ".NAME.XXXXXXXX.tmp"
+_TMP_NAME = re.compile(r"^\.(?P<name>.+?)\.(?:(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9-]*)\.)?[A-Za-z0-9_]{8}\.(?:tmp|old)$")
 
 
 def is_user_os_error(exc: BaseException) -> bool:
@@ -489,6 +701,13 @@ def describe_os_error(exc: OSError, path: str | os.PathLike | None = None, actio
             excerpt(str(exc) or type(exc).__name__, 100)
     if code == errno.EEXIST and name and os.path.exists(name) and not os.path.isdir(name):
         reason, write_hint = "a file of that name is in the way, not a folder", "remove or rename the file, or choose another name"
+    if code == errno.ENOENT and name and action == "write" and Path(name).parent.is_dir():
+        # the folder is there, yet creating a file or folder in it says "no such file": a virtual file
+        # system (/proc, /sys) that takes no new entries; "create its folder first" would mislead
+        folder = str(Path(name).parent)
+        reason = (f"the folder {folder!r} does not accept new files or folders (a virtual file system such as "
+                  "/proc or /sys)")
+        write_hint = "choose a folder on a regular disk"
     if code == errno.ENOTDIR and name:  # name the file that stands where a folder should be
         above = Path(name).parent
         while str(above) not in ("", ".", above.anchor) and not os.path.isfile(above):
@@ -577,6 +796,71 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
         yield tmp
 
 
+def _host_tag() -> str:
+    """This machine's name as it appears in temporary file names (letters, digits and '-')."""
+    import socket
+
+    try:
+        host = socket.gethostname()
+    except OSError:  # pragma: no cover
+        host = ""
+    return re.sub(r"[^A-Za-z0-9-]+", "-", host)[:40] or "host"
+
+
+def _owner_tag() -> str:
+    """``PID@HOST`` of this process: temporary files carry it, so that a later run can tell a dead
+    process's leftover (removed) from a live one's (kept)."""
+    return f"{os.getpid()}@{_host_tag()}"
+
+
+def process_alive(pid: int) -> bool:
+    """True when process ``pid`` exists on this machine (or cannot be checked: the safe side)."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # exists under another user, or unknown: keep its files
+        return True
+    return True
+
+
+def remove_dead_leftovers(target: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files (and folders) that a killed textdp run (SIGKILL, power loss)
+    left next to ``target``: ``.NAME.PID@HOST.XXXXXXXX.tmp`` whose HOST is this machine and whose
+    process PID no longer runs. A live process's temporary file, another machine's (a shared
+    disk: its process cannot be checked from here) and names without PID@HOST are kept.
+    Returns what was removed; never raises."""
+    import glob
+    import shutil
+
+    target = Path(target)
+    parent = target.parent if str(target.parent) else Path(".")
+    host, me = _host_tag(), os.getpid()
+    removed = []
+    try:
+        candidates = list(parent.glob(f".{glob.escape(target.name)}.*@*.tmp"))
+    except OSError:
+        return removed
+    for c in candidates:
+        m = _TMP_NAME.match(c.name)
+        if m is None or m["name"] != target.name or m["pid"] is None or m["host"] != host:
+            continue
+        pid = int(m["pid"])
+        if pid == me or process_alive(pid):
+            continue
+        try:
+            if c.is_dir() and not c.is_symlink():
+                shutil.rmtree(c)
+            else:
+                c.unlink()
+            removed.append(c)
+        except OSError:
+            continue
+    return removed
+
+
 def make_missing_folders(folder: str | os.PathLike) -> list[Path]:
     """Create ``folder`` and its missing parents; returns those created (outermost first),
     for :func:`remove_empty_folders` to undo on failure."""
@@ -588,7 +872,11 @@ def make_missing_folders(folder: str | os.PathLike) -> list[Path]:
         p = p.parent
     created = []
     for d in reversed(missing):
-        d.mkdir()
+        try:
+            d.mkdir()
+        except OSError as exc:  # one line naming the folder, worded as a write (e.g. /proc takes no folders)
+            remove_empty_folders(created)
+            raise _write_error(exc, d) from None
         created.append(d)
     return created
 
@@ -629,7 +917,8 @@ def atomic_outputs(paths, create_parents: bool = False):
             try:
                 if create_parents:
                     created += make_missing_folders(parent)
-                fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
+                remove_dead_leftovers(out)  # a killed run's temporary file for this output (never a live one's)
+                fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.{_owner_tag()}.", suffix=".tmp", dir=parent)
             except OSError as exc:
                 raise _write_error(exc, out) from None
             os.close(fd)
@@ -688,9 +977,22 @@ def _backup(out: Path) -> Path:
 
 
 def _write_frame(df: pd.DataFrame, path: Path, fmt: str, text_column: str, header: bool = True, append=False):
+    """Write (or append) ``df`` in ``fmt``. A missing text (None) is an empty line (txt) or an empty
+    field (CSV, TSV) and ``null`` in JSON Lines. A frame with :data:`ROW_KEYS` written as JSON Lines
+    gives each row exactly its own keys, in its own order; other formats drop that column."""
+    if ROW_KEYS in df.columns:
+        if fmt == "jsonl":
+            cols = [c for c in df.columns if c != ROW_KEYS]
+            with open(path, "a" if append else "w", encoding="utf-8") as fh:
+                for rec, keys in zip(df[cols].itertuples(index=False, name=None), df[ROW_KEYS]):
+                    row = dict(zip(cols, rec))
+                    fh.write(json.dumps({k: row[k] for k in keys}, ensure_ascii=False, default=str) + "\n")
+            return
+        df = df.drop(columns=[ROW_KEYS])
     if fmt == "txt":
         with open(path, "a" if append else "w", encoding="utf-8", newline="\n") as fh:
-            for t in df[text_column].astype(str):
+            for t in df[text_column]:
+                t = "" if t is None else str(t)
                 fh.write(t.replace("\r", " ").replace("\n", " ") + "\n")
     elif fmt == "csv":
         df.to_csv(path, index=False, header=header, mode="a" if append else "w", quoting=csv.QUOTE_MINIMAL)
@@ -699,7 +1001,8 @@ def _write_frame(df: pd.DataFrame, path: Path, fmt: str, text_column: str, heade
         clean = df.copy()
         for c in clean.columns:
             if clean[c].dtype == object or pd.api.types.is_string_dtype(clean[c].dtype):
-                clean[c] = clean[c].astype(str).str.replace(r"[\t\r\n]", " ", regex=True)
+                clean[c] = clean[c].map(lambda v: "" if v is None or v is pd.NA or isinstance(v, float) and v != v
+                                        else str(v)).str.replace(r"[\t\r\n]", " ", regex=True)
         clean.to_csv(path, sep="\t", index=False, header=header, mode="a" if append else "w",
                      quoting=csv.QUOTE_NONE, escapechar=None)
     elif fmt == "jsonl":
@@ -722,7 +1025,7 @@ def write_table(
     fmt = detect_format(out, fmt)
     with atomic_output(out) as tmp:
         if fmt == "parquet":
-            df.to_parquet(tmp, index=False)
+            df.drop(columns=[ROW_KEYS], errors="ignore").to_parquet(tmp, index=False)
         else:
             _write_frame(df, tmp, fmt, text_column)
     return out
@@ -755,7 +1058,7 @@ class TableWriter:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            table = pa.Table.from_pandas(df, preserve_index=False)
+            table = pa.Table.from_pandas(df.drop(columns=[ROW_KEYS], errors="ignore"), preserve_index=False)
             if self._pq is None:
                 self._pq = pq.ParquetWriter(self._tmp, table.schema)
             self._pq.write_table(table.cast(self._pq.schema))
@@ -856,7 +1159,8 @@ def atomic_output_dir(
         try:
             if create_parents:
                 created = make_missing_folders(parent)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+            remove_dead_leftovers(out)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_owner_tag()}.", suffix=".tmp", dir=parent))
             os.chmod(tmp, 0o777 & ~_umask())
         except OSError as exc:
             raise _write_error(exc, out) from None
