@@ -240,3 +240,22 @@ def test_forced_card_does_not_name_the_input(tmp_path):
     card = json.loads(card_path(out).read_text(encoding="utf-8"))
     assert card.get("forced") is True and card.get("forced_reason")
     assert "secret-patients" not in json.dumps(card) and str(tmp_path) not in json.dumps(card)
+
+
+def test_progress_lines_keep_their_labels_and_tiny_corpus_vocabulary_warns(tmp_path):
+    """Issue 13 item 9: in a log, the counting bar stays 'counting the vocabulary' (it used to be
+    relabelled as the card step), and the corpus vocabulary of a 2-line file warns (privately) that
+    it is tiny."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "tiny.txt"
+    src.write_text("good film .\nbad movie\n", encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "textdp.cli.main", "sanitize", str(src), "-e", "3", "--embeddings",
+                        str(_glove_file(tmp_path)), "-o", str(tmp_path / "o.txt"), "--no-ledger",
+                        "--output-vocabulary", "corpus"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert any(ln.startswith("counting the vocabulary") for ln in lines), r.stderr
+    assert any(ln.startswith("writing the privacy card") for ln in lines), r.stderr
+    assert "warning (private): the output vocabulary has only" in r.stderr.replace("\n", " ")

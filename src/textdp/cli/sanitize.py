@@ -372,9 +372,11 @@ def _sanitize_chunks(writer, chunks, mech, bar, san, task, total_tokens, out, ch
         stats = st if stats is None else stats.merge(st)
     before_card()
     bar.update(san, completed=total_tokens)
-    bar.update(task, description="writing the privacy card")
+    card_task = bar.add_task("writing the privacy card", total=1)  # its own line: the counting bar keeps its label
     card = _card(mech, out, privacy_statistics, build_card, other_columns)
-    return stats, write_card(card, out, overwrite=True)
+    written = write_card(card, out, overwrite=True)
+    bar.update(card_task, completed=1)
+    return stats, written
 
 
 #: share of out-of-vocabulary tokens above which the card (and the terminal) warn
