@@ -78,9 +78,9 @@ def test_sanitize_summary_escapes_paths(capsys):
 
     s = {"mechanism": "santext", "guarantee": "[bold]g", "worst_case_epsilon_per_token": 2.0,
          "output_vocabulary": {"kind": "file", "name": "file [red]v.txt", "size": 3},
-         "private": {"documents": 1, "tokens": 2, "share_changed": 0.5, "oov_tokens": 0, "oov_policy": "keep"},
-         "tokens_per_second": 3, "seconds_total": 1.0,
-         "seconds_sanitizing": 0.5, "output": "[/x].csv", "card": "[/x].csv.card.json"}
+         "private": {"documents": 1, "tokens": 2, "share_changed": 0.5, "oov_tokens": 0, "oov_policy": "keep",
+                     "tokens_per_second": 3, "seconds_total": 1.0, "seconds_sanitizing": 0.5},
+         "output": "[/x].csv", "card": "[/x].csv.card.json"}
     S._print_summary(s, None)
     out = capsys.readouterr().out
     assert "[/x].csv" in out and "[bold]g" in out and "[red]v.txt" in out

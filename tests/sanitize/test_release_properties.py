@@ -259,3 +259,18 @@ def test_progress_lines_keep_their_labels_and_tiny_corpus_vocabulary_warns(tmp_p
     assert any(ln.startswith("counting the vocabulary") for ln in lines), r.stderr
     assert any(ln.startswith("writing the privacy card") for ln in lines), r.stderr
     assert "warning (private): the output vocabulary has only" in r.stderr.replace("\n", " ")
+
+
+def test_santext_plus_card_and_terminal_explain_the_unbounded_worst_case(tmp_path):
+    a, _ = _corpora()
+    card, _ = _release(tmp_path, "splus", "santext+", a)
+    assert any("reveals its input exactly" in w for w in card["warnings"])
+    assert "sensitive set" in card["units"]["epsilon"]
+    src = tmp_path / "private-name.txt"
+    src.write_text("\n".join(a) + "\n", encoding="utf-8")
+    r = CliRunner().invoke(app, ["sanitize", str(src), "-m", "santext+", "-e", "1", "--embeddings",
+                                 str(_glove_file(tmp_path)), "--no-ledger", "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout[r.stdout.index("{"):])
+    assert "tokens_per_second" in summary["private"] and "tokens_per_second" not in summary
+    assert any("named after the input" in w for w in summary["private"]["warnings"])

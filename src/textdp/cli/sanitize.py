@@ -199,6 +199,9 @@ def sanitize_command(
             f"{stats.oov_tokens / stats.tokens:.0%} of the tokens have no embedding in {mech.embeddings.source} "
             f"(handled by --oov {mech.oov}): check that the embeddings match the text's language, casing and "
             "tokenization")
+    if output is None and not builtin:
+        private_warnings.append(f"the output is named after the input ({out.name}); the name travels with the release "
+                                "and its card: rename it (or pass --output) if the input's file name is private")
     if mech.output_vocabulary == "corpus" and len(mech.output_rows) < 100:
         private_warnings.append(f"the output vocabulary has only {len(mech.output_rows)} words (--output-vocabulary "
                                 "corpus on a small input): most tokens can only come back as themselves or a few "
@@ -213,9 +216,10 @@ def sanitize_command(
             "changed_tokens": stats.changed_tokens, "share_changed": round(stats.share_changed, 4),
             "oov_tokens": stats.oov_tokens, "oov_policy": stats.oov_policy,
             "warnings": private_warnings,
+            # timings with the token count they are computed from (tokens / seconds gives it back)
+            "seconds_total": round(total_s, 3), "seconds_sanitizing": round(stats.seconds, 3),
+            "tokens_per_second": round(stats.tokens / stats.seconds) if stats.seconds > 0 else None,
         },
-        "seconds_total": round(total_s, 3), "seconds_sanitizing": round(stats.seconds, 3),
-        "tokens_per_second": round(stats.tokens / stats.seconds) if stats.seconds > 0 else None,
         "seeded": seed is not None,
         "warnings": warnings,
     }
@@ -393,6 +397,12 @@ def card_warnings(mech) -> list[str]:
     elif mech.oov in ("unk", "drop"):
         warnings.append(f"--oov {mech.oov}: whether a token has an embedding is released (its position "
                         f"{'holds the unk token' if mech.oov == 'unk' else 'is removed'}): outside every guarantee")
+    if g.kind == "umldp" and not math.isinf(getattr(g, "epsilon0", 0.0)) and \
+            math.isinf(getattr(g, "worst_case_epsilon", None) or 0.0):
+        warnings.append("santext+ keeps a non-sensitive word unchanged with probability 1 - p and no other input ever "
+                        "produces it: an output non-sensitive word reveals its input exactly (UMLDP protects the "
+                        "sensitive words; epsilon0 = ln(1/p) bounds only how much more likely a kept word is than a "
+                        "resampled one), so the plain-DP worst case per token is unbounded")
     if g.kind == "umldp" and math.isinf(getattr(g, "epsilon0", 0.0)):
         warnings.append("p = 0: non-sensitive words are always released unchanged, so epsilon0 is infinite "
                         "and SanText+ gives NO guarantee for them; use p > 0 for a finite epsilon0 = ln(1/p)")
@@ -423,7 +433,9 @@ def _card(mech, out, privacy_statistics, build_card, other_columns=()) -> dict:
         guarantee=g,
         units=_drop_none({
             "epsilon": "per token, per unit of Euclidean distance between embeddings: "
-                       "P[M(x)=y] <= exp(eps*d(x,x')) P[M(x')=y]",
+                       "P[M(x)=y] <= exp(eps*d(x,x') + epsilon0) P[M(x')=y]" +
+                       (" for every output y in the sensitive set; an output non-sensitive word y is produced only "
+                        "by x = y (UMLDP, Yue et al. 2021 Def. 2)" if g.kind == "umldp" else ""),
             "per_document": "tokens are sanitized independently; two documents of equal length L are "
                             "eps*sum_i d(x_i,x'_i)-indistinguishable" +
                             (" (+ L*eps0)" if getattr(g, "epsilon0", 0) else ""),
@@ -442,8 +454,9 @@ def _card(mech, out, privacy_statistics, build_card, other_columns=()) -> dict:
                                 "stay glued only where the OUTPUT tokens read well glued (punctuation, clitics), "
                                 "never depending on whether a token was kept (word vocabularies); WordPieces "
                                 "joined (## glued) for BERT vocabularies; text normalised to Unicode NFC",
-              "not_in_this_card": "no statistic of the private input (counts, lengths, vocabulary, file name or "
-                                  "hash): those are the curator's (terminal, budget ledger)"},
+              "not_in_this_card": "no statistic of the private input (counts, lengths, vocabulary, input file name "
+                                  "or hash): those are the curator's (terminal, budget ledger); 'output' is the "
+                                  "released file's own name"},
         randomness=mech.seed_info,
         statistics=statistics,
         output=Path(out).name,
@@ -476,8 +489,9 @@ def _print_summary(s: dict, seed) -> None:
     t.add_row("private", f"{p['documents']:,} documents, {p['tokens']:,} tokens ({p['share_changed']:.1%} changed; "
                          f"{p['oov_tokens']:,} without embedding, policy '{p['oov_policy']}'): curator only, "
                          "not in the card")
-    tps = f"{s['tokens_per_second']:,} tokens/s" if s["tokens_per_second"] else ""
-    t.add_row("time", f"{s['seconds_total']:.2f} s total, {s['seconds_sanitizing']:.2f} s sanitizing ({tps})")
+    tps = f"{p['tokens_per_second']:,} tokens/s" if p["tokens_per_second"] else ""
+    t.add_row("time", f"{p['seconds_total']:.2f} s total, {p['seconds_sanitizing']:.2f} s sanitizing ({tps}; "
+                      "private too)")
     t.add_row("output", esc(str(s["output"])))
     t.add_row("privacy card", esc(str(s["card"])))
     if seed is not None:

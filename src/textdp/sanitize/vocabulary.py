@@ -102,4 +102,5 @@ def read_vocabulary_file(path: str | Path) -> PublicVocabulary:
     words = list(dict.fromkeys(w.strip() for w in text.splitlines() if w.strip()))
     if not words:
         raise InputError(f"--output-vocabulary {str(p)!r} holds no word (expected one word per line)")
-    return PublicVocabulary(tuple(words), f"file {p.name}", _digest(words))
+    # named by its content (the hash), not by the curator's file name: the card travels with the release
+    return PublicVocabulary(tuple(words), "word-list file", _digest(words))
