@@ -11,8 +11,15 @@ texts: wall and CPU time, texts/s, accuracy on sanitized and clean test text, tr
 (on 1,000 training texts) and the majority rate. Goal: one epoch over about 10k short texts
 in under 10 minutes on 2 cores. The same cell's TF-IDF time is printed next to it.
 
+Part 1 runs once per output vocabulary (``--output-vocabulary public,corpus``: the public
+default next to the paper's corpus vocabulary, each with its own table and time, then both
+side by side). Columns: accuracy on sanitized / clean test text, the Bayes attack's top-1 /
+top-5 with its prior (informed by default: the test split's own token distribution) and
+``bayes_optimum_top1``, the exact optimum of any attacker who sees one sanitized token.
+
 Usage:  python benchmarks/bench_evaluate.py [--quick] [--part tfidf|minilm|all] [--workers N]
-        [--threads T] [--minilm-docs N] [--mask]
+        [--threads T] [--minilm-docs N] [--mask] [--output-vocabulary public,corpus]
+        [--frequencies paired|public|wordfreq|corpus]
   --quick: 1,000 documents per split, 2 eps values, MiniLM on 1,000 texts.
   --threads: torch/BLAS threads for part 2 (default 2 = the 2-core goal).
   --workers: parallel cell workers for part 1 (default 2 = the 2-core goal).
@@ -38,6 +45,21 @@ def _cpu() -> float:
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
+def _vocabularies(arg: str) -> list[str]:
+    out = [v.strip() for v in arg.split(",") if v.strip()]
+    if not out:
+        raise SystemExit("--output-vocabulary: give e.g. public or public,corpus")
+    return list(dict.fromkeys(out))
+
+
+def _frequencies(args, vocabulary: str) -> str:
+    """SanText+'s ranking: ``paired`` = the corpus counts with the corpus vocabulary (the paper's
+    setting, textdp's old default) and the public order otherwise."""
+    if args.frequencies != "paired":
+        return args.frequencies
+    return "corpus" if vocabulary == "corpus" else "public"
+
+
 def part_tfidf(args):
     from textdp.evaluate import SweepConfig, run_sweep
     from textdp.evaluate.sweep import load_task
@@ -46,25 +68,56 @@ def part_tfidf(args):
     eps = (1.0, 3.0) if args.quick else (1.0, 2.0, 3.0, 5.0, 8.0)
     mechs = ("santext", "santext+", "fbdd")
     attacks = ("bayes", "mask") if args.mask else ("bayes",)
-    cfg = SweepConfig("rotten-tomatoes", mechs, eps, model="tfidf", max_docs=max_docs, attacks=attacks, seed=0,
-                      mlm_preset="tiny")
-    train, test = load_task(cfg)
-    print(f"part 1: TF-IDF sweep on rotten-tomatoes, {len(train)} train / {len(test)} test documents, embeddings "
-          f"glove-6b-50d; {len(mechs)} mechanisms x {len(eps)} eps + clean baseline; attacks: {', '.join(attacks)}; "
-          f"{args.workers} cell worker(s)")
-    with tempfile.TemporaryDirectory(prefix="textdp-bench-") as tmp:
-        t0, c0 = time.perf_counter(), _cpu()
-        res = run_sweep(cfg, Path(tmp) / "out", workers=args.workers)
-        t_sweep, c_sweep = time.perf_counter() - t0, _cpu() - c0
-    df = res.rows
-    cols = [c for c in ("mechanism", "epsilon", "utility_sanitized", "utility_clean", "bayes_top1", "bayes_top5",
-                        "mask_success", "share_changed", "seconds") if c in df]
-    print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    n_cells = len(df)
-    print(f"TF-IDF sweep: {t_sweep:.1f} s wall, {c_sweep:.1f} s CPU (all processes) for {n_cells} cells; "
-          f"goal < 300 s wall on 2 cores -> {'MET' if t_sweep < 300 else 'MISSED'} (wall on this machine, "
-          f"load average at the end {os.getloadavg()[0]:.1f})")
-    return df
+    tables = []
+    for vocab in _vocabularies(args.output_vocabulary):
+        freq = _frequencies(args, vocab)
+        cfg = SweepConfig("rotten-tomatoes", mechs, eps, model="tfidf", max_docs=max_docs, attacks=attacks, seed=0,
+                          mlm_preset="tiny", output_vocabulary=vocab, frequencies=freq)
+        train, test = load_task(cfg)
+        print(f"\npart 1: TF-IDF sweep on rotten-tomatoes, {len(train)} train / {len(test)} test documents, "
+              f"embeddings glove-6b-50d, output vocabulary {vocab} (SanText+ frequencies {freq}); {len(mechs)} "
+              f"mechanisms x {len(eps)} eps + clean baseline; attacks: {', '.join(attacks)} ({cfg.prior} prior); "
+              f"{args.workers} cell worker(s); load average at start {os.getloadavg()[0]:.1f}", flush=True)
+        with tempfile.TemporaryDirectory(prefix="textdp-bench-") as tmp:
+            t0, c0 = time.perf_counter(), _cpu()
+            res = run_sweep(cfg, Path(tmp) / "out", workers=args.workers)
+            t_sweep, c_sweep = time.perf_counter() - t0, _cpu() - c0
+        df = res.rows.copy()
+        df["prior"] = df["bayes_prior"] if "bayes_prior" in df else cfg.prior
+        df.loc[df["mechanism"] == "none", "prior"] = "-"
+        cols = [c for c in ("mechanism", "epsilon", "utility_sanitized", "utility_clean", "bayes_top1", "bayes_top5",
+                            "bayes_optimum_top1", "prior", "mask_success", "share_changed", "seconds") if c in df]
+        print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        n_cells = len(df)
+        print(f"TF-IDF sweep ({vocab} output vocabulary): {t_sweep:.1f} s wall, {c_sweep:.1f} s CPU (all processes) "
+              f"for {n_cells} cells; goal < 300 s wall on 2 cores -> {'MET' if t_sweep < 300 else 'MISSED'} (wall on "
+              f"this machine, load average at the end {os.getloadavg()[0]:.1f})", flush=True)
+        tables.append((vocab, df))
+    if len(tables) > 1:
+        _compare(tables)
+    return tables[0][1]
+
+
+def _compare(tables) -> None:
+    """One table: utility and Bayes optimum per mechanism and eps, one column pair per vocabulary."""
+    import pandas as pd
+
+    keys = ["mechanism", "epsilon"]
+    merged = None
+    for vocab, df in tables:
+        d = df[keys + [c for c in ("utility_sanitized", "bayes_top1", "bayes_optimum_top1") if c in df]].copy()
+        d["epsilon"] = d["epsilon"].fillna(0.0)
+        d = d.rename(columns={"utility_sanitized": f"util_{vocab}", "bayes_top1": f"bayes@1_{vocab}",
+                              "bayes_optimum_top1": f"opt@1_{vocab}"})
+        merged = d if merged is None else merged.merge(d, on=keys, how="outer", sort=False)
+    order = {m: i for i, m in enumerate(dict.fromkeys(tables[0][1]["mechanism"]))}  # none, santext, santext+, fbdd
+    merged = merged.sort_values(["mechanism", "epsilon"], key=lambda c: c.map(order) if c.name == "mechanism" else c,
+                                kind="stable")
+    merged["epsilon"] = merged["epsilon"].replace(0.0, float("nan"))
+    print(f"\nside by side ({', '.join(v for v, _ in tables)} output vocabulary): TF-IDF accuracy on sanitized test "
+          "text, Bayes attack top-1 and its exact optimum (informed prior; FBDD has no exact optimum)")
+    print(merged.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
+    _ = pd
 
 
 def part_minilm(args, tfidf_df=None):
@@ -133,6 +186,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--minilm-docs", type=int, default=None)
     ap.add_argument("--mask", action="store_true")
+    ap.add_argument("--output-vocabulary", default="public",
+                    help="comma list of output vocabularies, one sweep (and table) each: public (default), corpus, "
+                         "full or a word-list file; two or more also print a side-by-side table")
+    ap.add_argument("--frequencies", default="paired", choices=("paired", "public", "wordfreq", "corpus"),
+                    help="SanText+ sensitive-set ranking; paired (default): corpus counts with the corpus vocabulary "
+                         "(the paper's setting, the old default), public otherwise")
     args = ap.parse_args()
     print(f"textdp evaluate benchmark ({'QUICK' if args.quick else 'full'}), {os.cpu_count()} CPUs visible, "
           f"load average at start {os.getloadavg()[0]:.1f}")

@@ -42,6 +42,12 @@ def evaluate_command(
                               "split's own token distribution: the optimal attacker) | wordfreq | uniform. "
                               "The exact optimum is reported next to it either way."),
     embeddings: str = typer.Option("glove-6b-50d", "--embeddings", help="Embeddings of the sanitizers."),
+    output_vocabulary: str = typer.Option("public", "--output-vocabulary", help="Output vocabulary of the "
+                                          "sanitizers: public (default: the shipped public word list) | corpus "
+                                          "(the paper's choice: the evaluated texts' words) | full (the whole "
+                                          "embedding table) | FILE (a word list, one word per line)."),
+    frequencies: str = typer.Option("public", "--frequencies", help="SanText+: how the sensitive set is ranked: "
+                                    "public (default) | wordfreq | corpus (the paper's choice)."),
     w: float = typer.Option(0.9, "--w", help="SanText+: sensitive share of the vocabulary."),
     p: float = typer.Option(0.3, "--p", help="SanText+: resampling probability of non-sensitive words."),
     epochs: Optional[int] = typer.Option(None, "--epochs", help="Transformer models: fine-tuning epochs "
@@ -87,7 +93,8 @@ def evaluate_command(
         if not v.strip():
             raise ParameterError(f"{opt} is empty; give a column name of the TRAIN,TEST files")
     cfg = SweepConfig(dataset=dataset, text_column=text_column, label_column=label_column, mechanisms=mech_list, epsilons=eps_vals, model=model, max_docs=max_docs,
-                      embeddings=embeddings, w=w, p=p, attacks=atk, prior=prior, mlm=mlm, mlm_preset=mlm_preset,
+                      embeddings=embeddings, output_vocabulary=output_vocabulary, frequencies=frequencies,
+                      w=w, p=p, attacks=atk, prior=prior, mlm=mlm, mlm_preset=mlm_preset,
                       max_attack_tokens=max_attack_tokens, max_mask_positions=max_mask_positions, seed=seed,
                       model_options={} if model.strip().lower() == "tfidf" or epochs is None
                       else {"epochs": epochs})
@@ -105,7 +112,8 @@ def evaluate_command(
         given = {o.name: o.opts[0] for o in ctx.command.params
                  if getattr(ctx.get_parameter_source(o.name), "name", None) == "COMMANDLINE"}
         ignored = [given[n] for n in ("max_docs", "model", "workers", "epochs", "attacks", "mlm", "mlm_preset",
-                                      "prior", "max_attack_tokens", "max_mask_positions", "w", "p") if n in given]
+                                      "prior", "max_attack_tokens", "max_mask_positions", "w", "p",
+                                      "output_vocabulary", "frequencies") if n in given]
         if not quiet and (len(mech_list) > 1 or len(eps_vals) > 1):
             err_console.print(f"[yellow]warning:[/] --pretraining compares one cell: {esc(mech_list[0])} at "
                               f"ε={eps_vals[0]:g} (the first of --mechanisms and --epsilons)", highlight=False)
@@ -166,7 +174,8 @@ def evaluate_command(
                         "S_w_mean") if c in df]
     from rich.table import Table
 
-    t = Table(title=f"{dataset}: {cfg.model}, {len(df) - 1} cells + clean baseline", box=None,
+    t = Table(title=f"{dataset}: {cfg.model}, {cfg.output_vocabulary} output vocabulary, {len(df) - 1} cells + "
+              "clean baseline", box=None,
               pad_edge=False, caption="util: accuracy (Pearson r for similarity data) on sanitized / clean test "
               "text; bayes @k: Bayes attack success (" + cfg.prior + " prior), opt@1: its exact optimum; "
               "mask succ.: attack success; full column names in results.csv")

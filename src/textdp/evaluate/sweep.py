@@ -2,8 +2,9 @@
 
 :func:`run_sweep` runs one clean baseline cell and one cell per mechanism and ε:
 
-1. sanitize the train and test splits with the mechanism, fitted on the texts being
-   sanitized (train + test; no other text decides its vocabulary);
+1. sanitize the train and test splits with the mechanism, over its output vocabulary
+   (``output_vocabulary``: the public word list by default; with ``corpus`` the words of
+   the texts being sanitized, train + test, and no other text);
 2. downstream utility (:mod:`textdp.evaluate.utility`): train on sanitized train
    text, score on sanitized test text (the paper's protocol) and on clean test text;
 3. privacy on the sanitized test split: the Bayes-optimal mechanism-aware inversion
@@ -37,7 +38,8 @@ from textdp.errors import InputError, OutputError, ParameterError
 __all__ = ["SweepConfig", "SweepResult", "run_sweep", "load_task", "CLEAN"]
 
 CLEAN = "none"  # mechanism name of the clean-text baseline row
-_CACHE_VERSION = 3  # 2: transformer defaults (mean pooling, lr 1e-4, auto epochs); 3: Bayes optimum columns
+_CACHE_VERSION = 4  # 2: transformer defaults (mean pooling, lr 1e-4, auto epochs); 3: Bayes optimum columns;
+# 4: output vocabulary (public by default) and SanText+ frequencies in the settings
 
 
 @dataclass
@@ -51,6 +53,13 @@ class SweepConfig:
     attack; ``None`` trains (once, cached) a small MLM of preset ``mlm_preset`` on a
     built-in corpus disjoint from ``dataset``. ``seed``: reproducible research run
     (recorded as not for release); ``None`` = cryptographically secure noise.
+    ``output_vocabulary``: the sanitizers' output vocabulary, passed to
+    :func:`textdp.sanitize.make_mechanism`: ``public`` (the default: the shipped public
+    word list; the mechanism's law does not depend on the corpus), ``corpus`` (the
+    paper's choice: the words of the evaluated texts), ``full`` (the whole embedding
+    table) or the path of a word-list file. ``frequencies``: how SanText+ ranks its
+    sensitive set, ``public`` (default), ``wordfreq`` or ``corpus`` (the paper's choice;
+    the old default). Both are part of the cache key.
     """
 
     dataset: str = "rotten-tomatoes"
@@ -69,6 +78,8 @@ class SweepConfig:
     max_mask_positions: int | None = 3000
     deniability_words: int = 100
     seed: int | None = None
+    output_vocabulary: str = "public"
+    frequencies: str = "public"
     model_options: dict = field(default_factory=dict)
     text_column: str = "text"
     label_column: str = "label"
@@ -113,6 +124,19 @@ class SweepConfig:
                 raise ParameterError(f"--{name} must be a number in [0, 1], got {v!r}") from None
             if not (np.isfinite(fv) and 0.0 <= fv <= 1.0):
                 raise ParameterError(f"--{name} must be in [0, 1], got {v!r}")
+        from textdp.sanitize.mechanisms import OUTPUT_VOCABULARIES
+
+        ov = str(self.output_vocabulary).strip() if self.output_vocabulary is not None else ""
+        if ov.lower() in OUTPUT_VOCABULARIES:
+            ov = ov.lower()
+        elif not ov or not Path(ov).is_file():
+            raise ParameterError(f"unknown --output-vocabulary {self.output_vocabulary!r}: use "
+                                 f"{', '.join(OUTPUT_VOCABULARIES)} or an existing word-list file (one word per line)")
+        self.output_vocabulary = ov
+        fr = str(self.frequencies).strip().lower()
+        if fr not in ("public", "wordfreq", "corpus"):
+            raise ParameterError(f"unknown --frequencies {self.frequencies!r}: use public, wordfreq or corpus")
+        self.frequencies = fr
         from textdp.evaluate.privacy import PRIORS
 
         if not isinstance(self.prior, str) or self.prior.strip().lower() not in PRIORS:
@@ -148,6 +172,10 @@ class SweepConfig:
             from textdp.accounting.ledger import hash_input
 
             d["files_sha256"] = [hash_input(x) for x in parts]
+        if self.output_vocabulary not in ("public", "corpus", "full") and Path(self.output_vocabulary).is_file():
+            from textdp.accounting.ledger import hash_input
+
+            d["output_vocabulary_sha256"] = hash_input(self.output_vocabulary)  # an edited list: new cells
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -427,6 +455,7 @@ def _run_cell(cfg, mech_name, eps, key, train, test, cache: Path, state: dict, s
     t0 = time.perf_counter()
     tr_texts, te_texts = train["text"].tolist(), test["text"].tolist()
     row: dict = {"mechanism": mech_name, "epsilon": eps, "dataset": cfg.dataset, "model": cfg.model,
+                 "output_vocabulary": cfg.output_vocabulary,
                  "majority_rate": float(test["label"].astype(str).value_counts(normalize=True).max())}
     card: dict = {}
     seed = _cell_seed(cfg.seed, key)
@@ -451,8 +480,8 @@ def _run_cell(cfg, mech_name, eps, key, train, test, cache: Path, state: dict, s
     from textdp.sanitize import make_mechanism, sanitize_texts
 
     say(f"{key}: sanitizing")
-    kw = {"w": cfg.w, "p": cfg.p} if mech_name == "santext+" else {}
-    mech = make_mechanism(mech_name, cfg.embeddings, eps, rng=seed, **kw)
+    kw = {"w": cfg.w, "p": cfg.p, "frequencies": cfg.frequencies} if mech_name == "santext+" else {}
+    mech = make_mechanism(mech_name, cfg.embeddings, eps, rng=seed, output_vocabulary=cfg.output_vocabulary, **kw)
     san_path = cache / f"{key}.sanitized.parquet"
     if san_path.exists():
         san = pd.read_parquet(san_path)
@@ -487,6 +516,7 @@ def _run_cell(cfg, mech_name, eps, key, train, test, cache: Path, state: dict, s
     g = mech.guarantee
     card = {"mechanism": mech_name, "parameters": mech.parameters(), "guarantee": g.to_dict(),
             "guarantee_text": g.describe(), "embeddings": mech.embeddings.describe(),
+            "output_vocabulary": mech.output_vocabulary_info(),
             "output_vocabulary_size": len(mech.output_words), "seed": mech.seed_info,
             "sanitize_stats": stats.to_dict() if stats is not None else None, "plausible_deniability": den}
     row["seconds"] = time.perf_counter() - t0
