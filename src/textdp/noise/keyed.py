@@ -105,10 +105,9 @@ class ReleaseKey:
 
 # ---------------------------------------------------------------------------------------- kernels
 @njit(cache=True, nogil=True)
-def _block(key, counter, stream, init, work, out16):
+def _block(key, counter, stream, out16):
     """ChaCha20 block (RFC 8439 Sec. 2.3): 16 uint32 output words (held in uint64) into
-    ``out16``; the state in scalars so that LLVM keeps it in registers (``init``/``work``
-    are unused scratch kept for the call signature)."""
+    ``out16``; the state in scalars so that LLVM keeps it in registers."""
     M = np.uint64(0xFFFFFFFF)
     S7, S8, S12, S16 = np.uint64(7), np.uint64(8), np.uint64(12), np.uint64(16)
     S20, S24, S25 = np.uint64(20), np.uint64(24), np.uint64(25)
@@ -182,14 +181,12 @@ def _base(position, purpose):
 
 @njit(cache=True, nogil=True)
 def _words_kernel(key, streams, positions, purpose, n_words, out):
-    init = np.empty(16, np.uint64)
-    work = np.empty(16, np.uint64)
     blk = np.empty(16, np.uint64)
     for t in range(streams.size):
         base = _base(positions[t], purpose)
         for j in range(n_words):
             if j % 8 == 0:
-                _block(key, base | np.uint64(j // 8), np.uint64(streams[t]), init, work, blk)
+                _block(key, base | np.uint64(j // 8), np.uint64(streams[t]), blk)
             out[t, j] = _word(blk, j % 8)
 
 
@@ -201,8 +198,6 @@ def _uniform_below_kernel(key, streams, positions, purpose, bounds, out):
     either side of 2^62, and two backends must accept the same words), else the bit length of
     ``bound - 1`` plus one (acceptance probability above 1/4 in both cases). Returns 0, or 1 if
     some draw exhausted its 4096 blocks (probability below 2^-9000)."""
-    init = np.empty(16, np.uint64)
-    work = np.empty(16, np.uint64)
     blk = np.empty(16, np.uint64)
     for t in range(streams.size):
         bound = bounds[t]
@@ -218,7 +213,7 @@ def _uniform_below_kernel(key, streams, positions, purpose, bounds, out):
         base = _base(positions[t], purpose)
         done = False
         for j in range(_BLOCKS_PER_PURPOSE):
-            _block(key, base | np.uint64(j), np.uint64(streams[t]), init, work, blk)
+            _block(key, base | np.uint64(j), np.uint64(streams[t]), blk)
             for i in range(8):
                 x = _word(blk, i) >> shift
                 if x < bound:
@@ -236,15 +231,13 @@ def _uniform_below_kernel(key, streams, positions, purpose, bounds, out):
 def _bernoulli_kernel(key, streams, positions, purpose, pwords, out):
     """Exact Bernoulli(p): uniform 62-bit words against p's binary expansion ``pwords``, decided
     at the first word that differs (equal after the last word: U = p exactly, so U < p is false)."""
-    init = np.empty(16, np.uint64)
-    work = np.empty(16, np.uint64)
     blk = np.empty(16, np.uint64)
     for t in range(streams.size):
         base = _base(positions[t], purpose)
         res = False
         for k in range(pwords.size):
             if k % 8 == 0:
-                _block(key, base | np.uint64(k // 8), np.uint64(streams[t]), init, work, blk)
+                _block(key, base | np.uint64(k // 8), np.uint64(streams[t]), blk)
             u = _word(blk, k % 8) >> np.uint64(2)
             if u < pwords[k]:
                 res = True
@@ -259,8 +252,6 @@ def _laplace_kernel(key, streams, positions, purpose, scale, out):
     """Noise vectors of density ∝ exp(-||z|| / scale) in R^m (m = out.shape[1]): a uniform
     direction (normalised Box-Muller Gaussians) times a Gamma(m, scale) radius (a sum of m
     exponentials -ln U). Uniforms are U = (k + 1/2) 2^-52 with k the top 52 bits of a word."""
-    init = np.empty(16, np.uint64)
-    work = np.empty(16, np.uint64)
     blk = np.empty(16, np.uint64)
     m = out.shape[1]
     n_words = m + 2 * ((m + 1) // 2)
@@ -274,7 +265,7 @@ def _laplace_kernel(key, streams, positions, purpose, scale, out):
         g0 = 0.0
         while j < n_words:
             if j % 8 == 0:
-                _block(key, base | np.uint64(j // 8), np.uint64(streams[t]), init, work, blk)
+                _block(key, base | np.uint64(j // 8), np.uint64(streams[t]), blk)
             u = (np.float64(_word(blk, j % 8) >> np.uint64(12)) + 0.5) * 2.0**-52
             if j < m:
                 radius -= math.log(u)
@@ -320,8 +311,7 @@ def chacha20_block(key: ReleaseKey, counter: int, stream: int) -> np.ndarray:
     """The 16 output words (uint32) of one ChaCha20 block at ``counter`` (state words 12-13)
     and ``stream`` (words 14-15); for tests against RFC 8439."""
     out = np.empty(16, np.uint64)
-    _block(key.words, np.uint64(counter), np.uint64(stream), np.empty(16, np.uint64),
-           np.empty(16, np.uint64), out)
+    _block(key.words, np.uint64(counter), np.uint64(stream), out)
     return out.astype(np.uint32)
 
 
