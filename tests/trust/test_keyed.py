@@ -99,3 +99,79 @@ def test_laplace_vectors_have_the_multivariate_laplace_law():
     u = z / r[:, None]
     assert stats.kstest((u[:, 0] + 1) / 2, stats.beta((m - 1) / 2, (m - 1) / 2).cdf).pvalue > ALPHA
     assert math.isclose(keyed.LAPLACE_TRUNCATION, 2.0**-52)
+
+
+# -- bit vectors (keyed_bernoulli_bits: LP/OLP-LDA's randomized response) --------------------------------------
+@pytest.mark.parametrize("p", [0.3, 0.1, 2.0**-20 * 3, 0.999])
+def test_bernoulli_bits_are_exact(p):
+    key = ReleaseKey.from_seed(6)
+    x = keyed.keyed_bernoulli_bits(key, np.arange(40), 10_007, keyed.BITS, p)  # 10_007: a partial last block
+    assert x.shape == (40, 10_007) and x.dtype == np.bool_
+    assert stats.binomtest(int(x.sum()), x.size, p).pvalue > ALPHA
+    if p == 0.3:  # neighbouring bits (same block, next block) and records are independent
+        pairs = x[:, :-1].astype(np.int64) * 2 + x[:, 1:]
+        obs = np.bincount(pairs.ravel(), minlength=4)
+        exp = np.array([(1 - p) ** 2, (1 - p) * p, p * (1 - p), p * p]) * pairs.size
+        assert stats.chisquare(obs, exp).pvalue > ALPHA
+        assert stats.binomtest(int((x[:-1] & x[1:]).sum()), x[1:].size, p * p).pvalue > ALPHA
+
+
+def test_bernoulli_bits_take_an_exact_dyadic_fraction():
+    from fractions import Fraction
+
+    key = ReleaseKey.from_seed(7)
+    f = 5e-324  # the smallest subnormal: f / 2 rounds to 0 as a float, Fraction(f) / 2 does not
+    assert f / 2 == 0.0
+    assert not keyed.keyed_bernoulli_bits(key, np.arange(3), 50, keyed.BITS, Fraction(f) / 2).any()
+    np.testing.assert_array_equal(keyed.keyed_bernoulli_bits(key, [1, 2], 20, keyed.BITS, Fraction(0.3)),
+                                  keyed.keyed_bernoulli_bits(key, [1, 2], 20, keyed.BITS, 0.3))
+    assert keyed.keyed_bernoulli_bits(key, [0], 5, keyed.BITS, 1.0).all()
+    assert not keyed.keyed_bernoulli_bits(key, [0], 5, keyed.BITS, 0).any()
+    with pytest.raises(Exception, match="dyadic"):
+        keyed.keyed_bernoulli_bits(key, [0], 5, keyed.BITS, Fraction(1, 3))
+    with pytest.raises(Exception, match="two different purposes"):
+        keyed.keyed_bernoulli_bits(key, [0], 5, keyed.BITS, 0.5, tie_purpose=keyed.BITS)
+
+
+def test_bernoulli_bit_depends_only_on_record_and_index():
+    """Bit j of record r is the same whatever n_bits, whichever other records are requested and in
+    what order (chunking, workers), and it is word j % 8 of block ((j >> 15), BITS, (j >> 3) & 4095)."""
+    key = ReleaseKey.from_seed(8)
+    p = 0.37
+    full = keyed.keyed_bernoulli_bits(key, [3, 11, 40_000], 70_000, keyed.BITS, p)  # > 32 768 bits: 3 positions
+    for n_bits in (1, 7, 8, 9, 1000, 32_768, 32_769, 65_600):
+        part = keyed.keyed_bernoulli_bits(key, [11], n_bits, keyed.BITS, p)
+        np.testing.assert_array_equal(part[0], full[1, :n_bits])
+    alone = keyed.keyed_bernoulli_bits(key, [40_000, 5, 3], 70_000, keyed.BITS, p)
+    np.testing.assert_array_equal(alone[[2, 0]], full[[0, 2]])
+    # the address of each bit: the top 62 bits of its word against p's first 62-bit word (no tie here)
+    from textdp.noise.exact import _dyadic_words
+
+    p0 = _dyadic_words(p)[0][0]
+    for j in (0, 5, 8, 32_767, 32_768, 32_775, 69_999):
+        blk = (j >> 3) & 4095
+        w = keyed.keyed_words(key, [11], [j >> 15], keyed.BITS, blk * 8 + 8)[0, blk * 8 + j % 8]
+        assert full[1, j] == (int(w) >> 2 < p0)
+    assert not np.array_equal(full[0], keyed.keyed_bernoulli_bits(key, [3], 70_000, keyed.MAIN, p)[0])
+
+
+def test_bernoulli_bit_ties_are_resolved_from_the_tie_purpose():
+    """Force the 2^-62 tie: p's first word is the main word of bit j itself, and p's second word 2^61
+    (one half); the bit is then decided by the first word at (position j, BITS_TIE)."""
+    from fractions import Fraction
+
+    key = ReleaseKey.from_seed(9)
+    for r, j in ((0, 0), (4, 13), (7, 40_001)):
+        blk = (j >> 3) & 4095
+        u = int(keyed.keyed_words(key, [r], [j >> 15], keyed.BITS, blk * 8 + 8)[0, blk * 8 + j % 8]) >> 2
+        p = Fraction(u * 2**62 + 2**61, 2**124)
+        tie = int(keyed.keyed_words(key, [r], [j], keyed.BITS_TIE, 1)[0, 0]) >> 2
+        bits = keyed.keyed_bernoulli_bits(key, [r], j + 1, keyed.BITS, p)
+        assert bits[0, j] == (tie < 2**61)
+        other = keyed.keyed_bernoulli_bits(key, [r], j + 1, keyed.BITS, p, tie_purpose=keyed.COIN)
+        coin = int(keyed.keyed_words(key, [r], [j], keyed.COIN, 1)[0, 0]) >> 2
+        assert other[0, j] == (coin < 2**61)
+    # p's expansion ends at the tie word: U = p exactly is not < p
+    r, j = 2, 3
+    u = int(keyed.keyed_words(key, [r], [0], keyed.BITS, 8)[0, j]) >> 2
+    assert not keyed.keyed_bernoulli_bits(key, [r], 4, keyed.BITS, Fraction(u, 2**62))[0, j]

@@ -20,6 +20,15 @@ separates the independent decisions about one token (:data:`MAIN`,
 uint64 words each; word ``i`` of a block is state-output words ``2i`` (low) and
 ``2i+1`` (high)).
 
+Bit vectors (:func:`keyed_bernoulli_bits`: a record's many Bernoulli bits, e.g. the
+randomized response of LP-LDA over a V-word vocabulary) use one word per bit from
+consecutive blocks: bit ``j`` of record ``r`` is decided by word ``j % 8`` of the block
+at ``position = j >> 15``, ``block = (j >> 3) & 4095`` of the bits' purpose
+(:data:`BITS` by default), so 32 768 bits share one position; the rare tie (the
+word's top 62 bits equal the first 62-bit word of ``p``, probability ``2**-62``) is
+resolved from the words at ``position = j`` of a second purpose (:data:`BITS_TIE`).
+Bit ``j`` of record ``r`` thus depends only on the key, ``r``, ``j`` and ``p``.
+
 Consequences (design.md, "Scale-out"; issue 12 item 9):
 
 * a record's noise depends only on the key, the record's global index and its
@@ -49,10 +58,13 @@ from textdp.errors import ParameterError
 __all__ = [
     "ReleaseKey", "MAIN", "COIN", "UNIFORM", "MIX", "MIX_PICK", "chacha20_block", "keyed_words",
     "keyed_uniform_below", "keyed_bernoulli", "keyed_laplace_vectors", "LAPLACE_TRUNCATION",
+    "BITS", "BITS_TIE", "keyed_bernoulli_bits",
 ]
 
 #: purposes (separate decisions about one token)
 MAIN, COIN, UNIFORM, MIX, MIX_PICK = 0, 1, 2, 3, 4
+#: purposes of :func:`keyed_bernoulli_bits` (a record's bit vector, and its tie-breaking words)
+BITS, BITS_TIE = 5, 6
 _BLOCKS_PER_PURPOSE = 4096
 _MASK32 = np.uint64(0xFFFFFFFF)
 #: probability that one exponential or one Box-Muller radius of :func:`keyed_laplace_vectors` is
@@ -248,6 +260,50 @@ def _bernoulli_kernel(key, streams, positions, purpose, pwords, out):
 
 
 @njit(cache=True, nogil=True)
+def _bits_tie(key, stream, j, tie_purpose, pwords, blk):
+    """Bit ``j`` whose main word tied with ``pwords[0]``: the words of ``(stream, position j,
+    tie_purpose)`` against ``pwords[1:]`` (equal to the end: U = p exactly, U < p false)."""
+    base = _base(j, tie_purpose)
+    for k in range(1, pwords.size):
+        i = k - 1
+        if i % 8 == 0:
+            _block(key, base | np.uint64(i // 8), stream, blk)
+        u = _word(blk, i % 8) >> np.uint64(2)
+        if u < pwords[k]:
+            return True
+        if u > pwords[k]:
+            return False
+    return False
+
+
+@njit(cache=True, nogil=True)
+def _bernoulli_bits_kernel(key, streams, purpose, tie_purpose, pwords, out):
+    """``out[t, j]`` = exact Bernoulli(p) bit ``j`` of record ``streams[t]``: the top 62 bits of
+    word ``j % 8`` of block ``(position j >> 15, purpose, block (j >> 3) & 4095)`` against
+    ``pwords[0]``, a tie resolved by :func:`_bits_tie`."""
+    blk = np.empty(16, np.uint64)
+    tie = np.empty(16, np.uint64)
+    n_bits = out.shape[1]
+    p0 = pwords[0]
+    S2 = np.uint64(2)
+    pur = np.uint64(purpose) << np.uint64(12)
+    for t in range(streams.size):
+        s = np.uint64(streams[t])
+        for j0 in range(0, n_bits, 8):
+            counter = (np.uint64(j0 >> 15) << np.uint64(16)) | pur | np.uint64((j0 >> 3) & 4095)
+            _block(key, counter, s, blk)
+            m = min(8, n_bits - j0)
+            for i in range(m):
+                u = _word(blk, i) >> S2
+                if u < p0:
+                    out[t, j0 + i] = True
+                elif u > p0:
+                    out[t, j0 + i] = False
+                else:
+                    out[t, j0 + i] = _bits_tie(key, s, j0 + i, tie_purpose, pwords, tie)
+
+
+@njit(cache=True, nogil=True)
 def _laplace_kernel(key, streams, positions, purpose, scale, out):
     """Noise vectors of density ∝ exp(-||z|| / scale) in R^m (m = out.shape[1]): a uniform
     direction (normalised Box-Muller Gaussians) times a Gamma(m, scale) radius (a sum of m
@@ -354,6 +410,68 @@ def keyed_bernoulli(key: ReleaseKey, streams, positions, purpose: int, p: float)
         raise ParameterError("p has too long a binary expansion")
     out = np.empty(s.size, dtype=np.bool_)
     _bernoulli_kernel(k, s, pos, _purpose(purpose), np.asarray(words, dtype=np.uint64), out)
+    return out
+
+
+def _dyadic_p_words(p) -> tuple[bool | None, np.ndarray]:
+    """``p`` (a float, or a :class:`fractions.Fraction` with a power-of-two denominator) in [0, 1]:
+    (True/False for p = 1/0, None otherwise; p's binary expansion as 62-bit words)."""
+    from fractions import Fraction
+
+    if isinstance(p, bool) or not isinstance(p, (float, int, Fraction, np.floating, np.integer)):
+        raise ParameterError(f"probability must be a float or a dyadic Fraction, got {p!r}")
+    q = Fraction(p) if not isinstance(p, Fraction) else p
+    if not 0 <= q <= 1:
+        raise ParameterError(f"probability must be in [0, 1], got {p!r}")
+    if q in (0, 1):
+        return q == 1, np.zeros(1, dtype=np.uint64)
+    den = q.denominator
+    if den & (den - 1):
+        raise ParameterError(f"probability must be a dyadic rational (a float is), got {p!r}")
+    nbits = den.bit_length() - 1
+    nwords = -(-nbits // 62)
+    if nwords > 8 * _BLOCKS_PER_PURPOSE:  # pragma: no cover - a float has at most 1075 bits
+        raise ParameterError("p has too long a binary expansion")
+    scaled = q.numerator << (62 * nwords - nbits)
+    words = [(scaled >> (62 * (nwords - 1 - i))) & ((1 << 62) - 1) for i in range(nwords)]
+    return None, np.asarray(words, dtype=np.uint64)
+
+
+def keyed_bernoulli_bits(key: ReleaseKey, streams, n_bits: int, purpose: int = BITS, p=0.5, *,
+                         tie_purpose: int = BITS_TIE, out: np.ndarray | None = None) -> np.ndarray:
+    """bool ``(n, n_bits)``: bits ``0 .. n_bits-1`` of each record ``streams[t]``, independent exact
+    Bernoulli(``p``) draws; ``p`` a float in [0, 1] or a :class:`fractions.Fraction` with a
+    power-of-two denominator (e.g. ``Fraction(f) / 2``, exact where ``f / 2`` would round).
+
+    One ChaCha20 word per bit, consecutive blocks (module docstring): bit ``j`` of record ``r``
+    depends only on the key, ``r``, ``j``, ``p`` and the purposes, never on ``n_bits`` or on the
+    other records requested, so a record's vector can be drawn in any chunking, order or
+    worker. Exact: a uniform U in [0, 1) is compared with p's binary expansion 62 bits at a
+    time, decided at the first differing word. ``out``: an optional C-contiguous bool array
+    of that shape to fill (memory reuse). Records' streams must be distinct within a release.
+    """
+    k = key.words if isinstance(key, ReleaseKey) else None
+    if k is None:
+        raise ParameterError("key must be a textdp.noise.keyed.ReleaseKey")
+    s = np.ascontiguousarray(streams, dtype=np.int64).reshape(-1)
+    if s.size and s.min() < 0:
+        raise ParameterError("record indices must be >= 0")
+    n_bits = int(n_bits)
+    if not 0 <= n_bits < 2**63:
+        raise ParameterError("n_bits must be >= 0")
+    purpose, tie_purpose = _purpose(purpose), _purpose(tie_purpose)
+    if purpose == tie_purpose:
+        raise ParameterError("the bits and their ties need two different purposes")
+    if out is None:
+        out = np.empty((s.size, n_bits), dtype=np.bool_)
+    elif out.shape != (s.size, n_bits) or out.dtype != np.bool_ or not out.flags.c_contiguous:
+        raise ParameterError(f"out must be a C-contiguous bool array of shape {(s.size, n_bits)}")
+    const, words = _dyadic_p_words(p)
+    if const is not None:
+        out[...] = const
+        return out
+    if s.size and n_bits:
+        _bernoulli_bits_kernel(k, s, purpose, tie_purpose, words, out)
     return out
 
 

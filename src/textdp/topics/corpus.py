@@ -73,6 +73,31 @@ class Corpus:
         """Documents of the input, the empty ones (skipped) included."""
         return self.n_docs + int(self.skipped_docs)
 
+    def input_positions(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(kept, empty)`` int64: the input index (the records' global order, from 0) of each
+        kept document (``kept_docs``, in corpus order) and of each skipped (empty) one.
+
+        For a corpus built from texts or word ids the kept documents' indices are increasing in
+        ``[0, n_input_docs)`` and the empty documents hold the other positions of that range
+        (ascending). A :meth:`subset` keeps its parent's indices (no empty document): ``kept`` is
+        then ``kept_docs`` as they are. Where ``kept_docs`` cannot describe positions (repeated
+        indices, a wrong length, or empty documents whose places are unknown) the corpus's own
+        order is used: the kept documents ``0 .. M-1``, then the empty ones. Used to address each
+        document's keyed random stream (LP/OLP-LDA's reports, :mod:`textdp.noise.keyed`).
+        """
+        M, n_in = self.n_docs, self.n_input_docs
+        kept = np.asarray(self.kept_docs, dtype=np.int64).reshape(-1)
+        fallback = (np.arange(M, dtype=np.int64), np.arange(M, n_in, dtype=np.int64))
+        if kept.shape[0] != M or (M and kept.min() < 0) or np.unique(kept).size != M:
+            return fallback
+        if M == 0 or kept.max() < n_in:
+            taken = np.zeros(n_in, dtype=bool)
+            taken[kept] = True
+            return kept.copy(), np.flatnonzero(~taken).astype(np.int64)
+        if self.skipped_docs == 0:
+            return kept.copy(), np.zeros(0, dtype=np.int64)
+        return fallback
+
     # -- sizes -------------------------------------------------------------------------------------------
     @property
     def n_docs(self) -> int:

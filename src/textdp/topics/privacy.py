@@ -6,20 +6,23 @@ Contents (section numbers of ``specs/bounds-and-lda.md`` Part B):
   collapsed Gibbs sampling (B.2, Propositions 1-2 and Theorem 1; reconstruction [R]).
 * :func:`lp_epsilon`, :func:`flip_for_epsilon`, :func:`rr_encode`, :func:`rr_estimate`,
   :func:`rr_variance`, :func:`reconstruct_corpus` -- LP-LDA's randomized response on
-  per-document binary word vectors (B.4, Eqs. 8-9).
+  per-document binary word vectors (B.4, Eqs. 8-9). The reports are keyed per document
+  (:func:`rr_encode`: document r flips its bits with ChaCha20 stream r of the release key,
+  :mod:`textdp.noise.keyed`); the curator's estimation and reconstruction are
+  post-processing and draw from an ordinary generator.
 * :func:`bayes_denoise` -- OLP-LDA's Bayesian denoising (B.5, Eqs. 14-20, Theorem 7).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from textdp.errors import ParameterError
-from textdp.noise import randomized_response
 from textdp.topics.corpus import Corpus
 
 __all__ = [
@@ -228,14 +231,18 @@ def flip_for_epsilon(epsilon: float) -> float:
 
 @dataclass
 class RRReports:
-    """The randomized reports of M documents: document m reported the word ids
-    ``indices[indptr[m]:indptr[m+1]]`` as present. ``f``: flip probability; V words."""
+    """The randomized reports of M documents, in input order: report m (the document of input
+    index ``streams[m]``) holds the word ids ``indices[indptr[m]:indptr[m+1]]`` as present.
+    ``f``: flip probability; V words; ``kept_docs``: the input index of each report's document,
+    −1 for a document empty over the vocabulary (it reports too); ``streams``: the input index of
+    every report (its keyed stream, :func:`rr_encode`)."""
 
     indptr: np.ndarray
     indices: np.ndarray
     n_words: int
     f: float
     kept_docs: np.ndarray
+    streams: np.ndarray | None = None
 
     @property
     def n_docs(self) -> int:
@@ -245,41 +252,100 @@ class RRReports:
         """c_v (V,) int64: how many reports contain word v."""
         return np.bincount(self.indices, minlength=self.n_words).astype(np.int64)
 
+    def report(self, m: int) -> np.ndarray:
+        """The word ids report ``m`` holds (int32, increasing)."""
+        return self.indices[self.indptr[m]:self.indptr[m + 1]]
 
-def rr_encode(corpus: Corpus, f: float, rng: np.random.Generator, chunk_bits: int = 4_000_000) -> RRReports:
-    """Simulate the user side of LP-LDA: each document's binary presence vector over
-    the V-word vocabulary goes through :func:`textdp.noise.randomized_response`
-    (each bit kept with probability 1 − f/2, flipped with f/2). Documents are
-    processed in chunks of about ``chunk_bits`` bits so memory stays bounded.
 
-    Every input document reports once, the empty ones too (``corpus.skipped_docs``
-    all-zero vectors after the others, their ``kept_docs`` entry −1): the number of
-    reports is the number of input documents, whatever their words, so a document
-    whose only vocabulary word is replaced by an out-of-vocabulary word does not
-    vanish from the reports. Cost: 2·M·V uniforms.
+def _release_key(key):
+    from textdp.noise.keyed import ReleaseKey
+
+    if isinstance(key, ReleaseKey):
+        return key
+    if key is None:
+        return ReleaseKey.fresh()
+    if isinstance(key, np.random.Generator):
+        return ReleaseKey.from_generator(key)
+    raise ParameterError("the randomness of rr_encode must be a textdp.noise.keyed.ReleaseKey (or a numpy Generator, "
+                         f"or None for a fresh key), got {type(key).__name__}")
+
+
+def _rr_chunk(key, X, src, streams, n_words, p):
+    """Reports of one chunk: the keyed flip bits of ``streams`` XOR the true bits (rows ``src`` of X,
+    −1: empty). Returns (per-report counts, word ids) of the reported ones."""
+    from textdp.noise.keyed import BITS, BITS_TIE, keyed_bernoulli_bits
+
+    bits = keyed_bernoulli_bits(key, streams, n_words, BITS, p, tie_purpose=BITS_TIE)
+    has = np.flatnonzero(src >= 0)
+    if has.size:
+        sub = X[src[has]]
+        rows = np.repeat(has, np.diff(sub.indptr))
+        bits[rows, sub.indices] ^= True
+    rows, cols = np.nonzero(bits)
+    return np.bincount(rows, minlength=streams.size), cols.astype(np.int32)
+
+
+def rr_encode(corpus: Corpus, f: float, key=None, chunk_bits: int = 4_000_000, *, streams=None,
+              workers: int | None = None) -> RRReports:
+    """Simulate the user side of LP-LDA (Zhao et al. 2021; spec B.4): each document's binary
+    presence vector over the V-word vocabulary goes through randomized response, bit v flipped
+    with probability exactly f/2 (kept with 1 − f/2; ε = ln(2/f − 1) per bit).
+
+    **Per-document keyed randomness** (design.md "Scale-out", issue 12 item 9): the flips of the
+    document of input index r are bits ``0 .. V-1`` of stream r under the release key ``key``
+    (:func:`textdp.noise.keyed.keyed_bernoulli_bits`, purposes ``BITS``/``BITS_TIE``; one ChaCha20
+    word per bit against the 62-bit words of the dyadic f/2, exact). A document's report depends
+    only on the key, its input index and its own words: not on ``chunk_bits``, ``workers``, the
+    mini-batch it is in or the other documents, and a retried chunk reproduces the same report.
+
+    ``key``: a :class:`~textdp.noise.keyed.ReleaseKey` (``ReleaseKey.fresh()`` for a release,
+    ``ReleaseKey.from_seed(seed)`` for a research run); a numpy Generator draws a 256-bit key
+    from it; None: a fresh key. ``streams``: ``(kept, empty)`` input indices of the corpus's
+    documents (in corpus order) and of its empty ones; default :meth:`Corpus.input_positions`.
+    Every input document reports once, the empty ones (``corpus.skipped_docs``) too: the number
+    of reports is the number of input documents, so a document whose only vocabulary word is
+    replaced by an out-of-vocabulary word does not vanish from the reports. Reports come in input
+    order. Documents are processed in chunks of about ``chunk_bits`` bits (memory about
+    ``workers`` × ``chunk_bits`` bytes) by ``workers`` threads (default ``min(4, cpus)``). Cost:
+    M·V ChaCha20 words.
     """
     f = _check_f(f)
-    from scipy import sparse
+    from concurrent.futures import ThreadPoolExecutor
+    from fractions import Fraction
 
+    key = _release_key(key)
     V = corpus.n_words
     X = corpus.doc_word_binary()
-    n_empty = int(corpus.skipped_docs)
-    if n_empty:
-        X = sparse.vstack([X, sparse.csr_matrix((n_empty, V), dtype=X.dtype)], format="csr")
-    M = X.shape[0]
-    step = max(1, chunk_bits // max(V, 1))
-    indptr = [0]
-    parts = []
-    for s in range(0, M, step):
-        dense = X[s:s + step].toarray().astype(bool)
-        rep = randomized_response(dense, f, rng).astype(bool)
-        rows, cols = np.nonzero(rep)
-        counts = np.bincount(rows, minlength=dense.shape[0])
-        parts.append(cols.astype(np.int32))
-        indptr.extend((indptr[-1] + np.cumsum(counts)).tolist())
-    indices = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-    kept = np.concatenate([np.asarray(corpus.kept_docs, dtype=np.int64), np.full(n_empty, -1, dtype=np.int64)])
-    return RRReports(np.asarray(indptr, dtype=np.int64), indices, V, f, kept)
+    kept_pos, empty_pos = corpus.input_positions() if streams is None else streams
+    kept_pos = np.asarray(kept_pos, dtype=np.int64).reshape(-1)
+    empty_pos = np.asarray(empty_pos, dtype=np.int64).reshape(-1)
+    if kept_pos.size != corpus.n_docs:
+        raise ParameterError(f"streams: {kept_pos.size} input indices for {corpus.n_docs} documents")
+    pos = np.concatenate([kept_pos, empty_pos])
+    src = np.concatenate([np.arange(corpus.n_docs, dtype=np.int64), np.full(empty_pos.size, -1, np.int64)])
+    order = np.argsort(pos, kind="stable")
+    pos, src = pos[order], src[order]
+    if pos.size and (pos[0] < 0 or np.any(np.diff(pos) == 0)):
+        raise ParameterError("every document needs its own non-negative input index (stream)")
+    N = pos.size
+    p = Fraction(f) / 2  # exact even where f / 2 would round (subnormal f)
+    step = max(1, int(chunk_bits) // max(V, 1))
+    starts = list(range(0, N, step))
+    workers = max(1, int(workers if workers is not None else min(4, os.cpu_count() or 1)))
+
+    def run(s):
+        return _rr_chunk(key, X, src[s:s + step], pos[s:s + step], V, p)
+
+    if workers > 1 and len(starts) > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            parts = list(pool.map(run, starts))
+    else:
+        parts = [run(s) for s in starts]
+    counts = np.concatenate([c for c, _ in parts]) if parts else np.zeros(0, np.int64)
+    indices = np.concatenate([w for _, w in parts]) if parts else np.zeros(0, np.int32)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    kept = np.where(src >= 0, pos, -1)
+    return RRReports(indptr, indices, V, f, kept, pos)
 
 
 def rr_estimate(reported_counts: np.ndarray, n_reports: int, f: float) -> np.ndarray:

@@ -2,9 +2,14 @@
 
 Each trainer exposes ``.guarantee`` (a :mod:`textdp.accounting.guarantees` object)
 and ``fit(corpus, callback=None) -> TopicModel``; the model carries the guarantee
-and the accounting. Randomness: one generator per run from
-:func:`textdp.noise.random_source` (CSPRNG unless seeded); Laplace noise and
-randomized response go through :mod:`textdp.noise`.
+and the accounting. Randomness: the user-side randomized response of LP/OLP-LDA draws
+from per-document keyed ChaCha20 streams (:mod:`textdp.noise.keyed`; the release key is
+``ReleaseKey.fresh()``, or ``ReleaseKey.from_seed(seed)`` for a seeded run; stream = the
+document's input index), so each document's report is the same for any chunking,
+mini-batch size or worker count. Everything else (HDP-LDA's sweeps and discrete Laplace
+noise, and the curator-side post-processing of LP/OLP-LDA: reconstruction and Gibbs
+sampling) uses one generator per run from :func:`textdp.noise.random_source` (CSPRNG
+unless seeded); all noise goes through :mod:`textdp.noise`.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ import numpy as np
 from textdp.accounting.guarantees import ApproxDP, LocalDP, PureDP
 from textdp.errors import InputError, ParameterError
 from textdp.noise import discrete_laplace, random_source
+from textdp.noise.keyed import ReleaseKey
 from textdp.topics.corpus import Corpus
 from textdp.topics.lda import Callback, GibbsState, _private_facts, check_corpus, check_hyperparameters, run_sweeps
 from textdp.topics.privacy import (
+    RRReports,
     bayes_denoise,
     flip_for_epsilon,
     lp_epsilon,
@@ -277,10 +284,20 @@ class LPLDA:
     """LP-LDA: local DP by randomized response on each document's binary word vector (spec B.4) [R].
 
     Pipeline: each document owner reports its presence vector over the (public)
-    vocabulary through :func:`textdp.noise.randomized_response` (flip probability
-    f/2 per bit); the server estimates every word's document frequency with the
-    unbiased moment estimator (Eq. 8, variance Eq. 9), rebuilds a corpus
-    (:func:`textdp.topics.privacy.reconstruct_corpus`) and runs ordinary CGS on it.
+    vocabulary through randomized response (:func:`textdp.topics.privacy.rr_encode`:
+    each bit flipped with probability exactly f/2); the server estimates every word's
+    document frequency with the unbiased moment estimator (Eq. 8, variance Eq. 9),
+    rebuilds a corpus (:func:`textdp.topics.privacy.reconstruct_corpus`) and runs
+    ordinary CGS on it.
+
+    Keyed: document r's flips come from stream r (its input index, empty documents at
+    their input position) under the release key (``ReleaseKey.fresh()``; a seeded run
+    ``ReleaseKey.from_seed(seed)``), so a seeded run's reports, and with them the model,
+    do not depend on ``chunk_bits`` or ``workers`` (engineering knobs of the encoding,
+    not in :meth:`params`), and document r's report does not change when other
+    documents are added after it. :meth:`encode` returns the reports a fit uses (for a
+    seeded trainer). The server side draws from the run's ordinary generator
+    (post-processing of the reports).
 
     Guarantee: ε = 2 ln(2/f − 1)-LDP per replaced word in a document (two bits
     change); everything after the reports is post-processing. Give ``flip`` f or
@@ -293,7 +310,8 @@ class LPLDA:
 
     def __init__(self, n_topics: int = 20, flip: float | None = None, epsilon: float | None = None,
                  alpha: float = 0.1, beta: float = 0.01, iterations: int = 100, threshold: float = 1.0,
-                 seed: int | None = None, ll_every: int = 10):
+                 seed: int | None = None, ll_every: int = 10, chunk_bits: int = 4_000_000,
+                 workers: int | None = None):
         self.n_topics, self.alpha, self.beta, self.iterations = check_hyperparameters(n_topics, alpha, beta,
                                                                                       iterations)
         self.f = _flip(flip, epsilon)
@@ -302,6 +320,20 @@ class LPLDA:
             raise ParameterError(f"threshold (--threshold) must be >= 0, got {threshold!r}")
         self.seed = seed
         self.ll_every = int(ll_every)
+        if isinstance(chunk_bits, bool) or int(chunk_bits) < 1:
+            raise ParameterError(f"chunk_bits must be >= 1, got {chunk_bits!r}")
+        self.chunk_bits = int(chunk_bits)
+        self.workers = workers
+
+    def release_key(self) -> ReleaseKey:
+        """The key of the users' reports: derived from the seed (research run), else fresh from the OS."""
+        return ReleaseKey.from_seed(self.seed) if self.seed is not None else ReleaseKey.fresh()
+
+    def encode(self, corpus: Corpus, key: ReleaseKey | None = None, streams=None) -> RRReports:
+        """The randomized reports of ``corpus``'s documents (all input documents, in input order)
+        under ``key`` (default :meth:`release_key`: for a seeded trainer, the reports its fit uses)."""
+        return rr_encode(corpus, self.f, key if key is not None else self.release_key(), self.chunk_bits,
+                         streams=streams, workers=self.workers)
 
     @property
     def epsilon(self) -> float:
@@ -334,7 +366,7 @@ class LPLDA:
         src = random_source(self.seed)
         rng = src.generator()
         t0 = time.perf_counter()
-        reports = rr_encode(corpus, self.f, rng)
+        reports = self.encode(corpus)
         N = reports.n_docs
         est = rr_estimate(reports.counts(), N, self.f)
         rc = reconstruct_corpus(reports, est, corpus.vocabulary, rng, self.threshold, rr_variance(N, self.f))
@@ -360,7 +392,9 @@ class OLPLDA(LPLDA):
 
     For mini-batch l (``batch_size`` documents, in input order):
 
-    1. the batch's documents report through randomized response (as LP-LDA);
+    1. the batch's documents report through randomized response (as LP-LDA, from the
+       same per-document keyed streams: a seeded run's reports are LP-LDA's reports with
+       the same seed, whatever ``batch_size``);
     2. moment estimate t̂^l (N = |D_l|), then Bayesian denoising
        t̃ = (1 − ω) t̂ + ω μ with ω = σ²_RR/(σ²_RR + σ²)
        (:func:`textdp.topics.privacy.bayes_denoise`). Prior mean μ: the pooled moment
@@ -386,8 +420,10 @@ class OLPLDA(LPLDA):
     def __init__(self, n_topics: int = 20, flip: float | None = None, epsilon: float | None = None,
                  alpha: float = 0.1, beta: float = 0.01, iterations: int = 50, batch_size: int = 1000,
                  lam: float = 0.5, prior_variance: float | None = None, prior_corpus: Corpus | None = None,
-                 threshold: float = 1.0, seed: int | None = None, ll_every: int = 10):
-        super().__init__(n_topics, flip, epsilon, alpha, beta, iterations, threshold, seed, ll_every)
+                 threshold: float = 1.0, seed: int | None = None, ll_every: int = 10, chunk_bits: int = 4_000_000,
+                 workers: int | None = None):
+        super().__init__(n_topics, flip, epsilon, alpha, beta, iterations, threshold, seed, ll_every, chunk_bits,
+                         workers)
         if isinstance(batch_size, bool) or int(batch_size) < 1:
             raise ParameterError(f"batch size (--batch-size) must be >= 1, got {batch_size!r}")
         self.batch_size = int(batch_size)
@@ -413,6 +449,7 @@ class OLPLDA(LPLDA):
             raise ParameterError("the prior corpus must use the training vocabulary (build it with Corpus.from_texts(..., vocabulary=...))")
         src = random_source(self.seed)
         rng = src.generator()
+        key = self.release_key()
         t0 = time.perf_counter()
         V, K = corpus.n_words, self.n_topics
         c_f = rr_variance(1, self.f)
@@ -423,18 +460,21 @@ class OLPLDA(LPLDA):
         batches = []  # released in the accounting: facts computed from the randomized reports only
         batch_docs = []  # input documents per batch (curator-only)
         # mini-batches of the INPUT documents in input order, the empty ones included (every document reports
-        # once, so the batches and their sizes do not depend on which documents are empty)
-        n_input = corpus.n_input_docs
-        pos = np.asarray(corpus.kept_docs, dtype=np.int64)
-        if pos.shape[0] != corpus.n_docs or (pos.size and (pos.max() >= n_input or np.any(np.diff(pos) <= 0))):
-            pos = np.arange(corpus.n_docs, dtype=np.int64)  # positions unknown: the kept documents first
+        # once, so the batches and their sizes do not depend on which documents are empty); each document's
+        # report comes from its own keyed stream (its input index), whatever batch it falls in
+        kept_pos, empty_pos = corpus.input_positions()
+        all_pos = np.concatenate([kept_pos, empty_pos])
+        row = np.concatenate([np.arange(corpus.n_docs, dtype=np.int64), np.full(empty_pos.size, -1, np.int64)])
+        order = np.argsort(all_pos, kind="stable")
+        all_pos, row = all_pos[order], row[order]
+        n_input = all_pos.size
         n_batches = -(-n_input // self.batch_size)
         for b in range(n_batches):
             lo, hi = b * self.batch_size, min((b + 1) * self.batch_size, n_input)
-            idx = np.flatnonzero((pos >= lo) & (pos < hi))
-            batch = corpus.subset(idx)
-            batch.skipped_docs = (hi - lo) - idx.size
-            reports = rr_encode(batch, self.f, rng)
+            r, ps = row[lo:hi], all_pos[lo:hi]
+            batch = corpus.subset(r[r >= 0])
+            batch.skipped_docs = int((r < 0).sum())
+            reports = self.encode(batch, key, streams=(ps[r >= 0], ps[r < 0]))
             N = reports.n_docs
             t_hat = rr_estimate(reports.counts(), N, self.f)
             var_rr = rr_variance(N, self.f)
