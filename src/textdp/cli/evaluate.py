@@ -1,5 +1,5 @@
 """``textdp evaluate``: privacy-utility sweeps of sanitizers (thin layer over
-:mod:`textdp.evaluate`): parses options, shows a progress bar over cells on stderr,
+:mod:`textdp.evaluate`): parses options, refuses options that do not apply, shows a progress line per cell on stderr,
 prints the results table and where the report is."""
 
 from __future__ import annotations
@@ -81,17 +81,24 @@ def evaluate_command(
         eps_vals = [float(e) for e in eps_list]
     except ValueError:
         raise ParameterError(f"--epsilons must be a comma list of numbers, got {epsilons!r}") from None
+    for i, v in enumerate(eps_vals):  # one cell per ε: a value given twice (also as "1" and "1.0") is refused
+        if v in eps_vals[:i]:
+            first = eps_list[eps_vals.index(v)]
+            same = f"{first!r} and {eps_list[i]!r} are the same ε" if first != eps_list[i] else f"{first!r} twice"
+            raise ParameterError(f"--epsilons lists {same}; give each value once")
     atk = [] if attacks.strip().lower() == "none" else [a.lower() for a in _split(attacks, "--attacks")]
     if workers < 1:
         raise ParameterError(f"--workers must be >= 1, got {workers}")
     if epochs is not None and epochs < 1:
         raise ParameterError(f"--epochs must be >= 1, got {epochs}")
     from textdp.evaluate import SweepConfig
+    from textdp.evaluate.sweep import epsilon_text
 
     # every option is checked here, before any data is loaded, model trained or folder created
     for opt, v in (("--text-column", text_column), ("--label-column", label_column)):
         if not v.strip():
             raise ParameterError(f"{opt} is empty; give a column name of the TRAIN,TEST files")
+    _refuse_unused_options(ctx, dataset, mech_list, atk, model, mlm, pretraining)
     cfg = SweepConfig(dataset=dataset, text_column=text_column, label_column=label_column, mechanisms=mech_list, epsilons=eps_vals, model=model, max_docs=max_docs,
                       embeddings=embeddings, output_vocabulary=output_vocabulary, frequencies=frequencies,
                       w=w, p=p, attacks=atk, prior=prior, mlm=mlm, mlm_preset=mlm_preset,
@@ -116,7 +123,8 @@ def evaluate_command(
                                       "output_vocabulary", "frequencies") if n in given]
         if not quiet and (len(mech_list) > 1 or len(eps_vals) > 1):
             err_console.print(f"[yellow]warning:[/] --pretraining compares one cell: {esc(mech_list[0])} at "
-                              f"ε={eps_vals[0]:g} (the first of --mechanisms and --epsilons)", highlight=False)
+                              f"ε={epsilon_text(eps_vals[0])} (the first of --mechanisms and --epsilons)",
+                              highlight=False)
         if not quiet and ignored:
             err_console.print(f"[yellow]warning:[/] --pretraining ignores {', '.join(ignored)} (its preset sets the "
                               "data sizes, models and steps)", highlight=False)
@@ -135,7 +143,8 @@ def evaluate_command(
         if json_out:
             print_json(res)
         else:
-            out_console.print(f"sanitization-aware pretraining on {esc(str(dataset))}, {mech_list[0]} ε={eps_vals[0]:g} "
+            out_console.print(f"sanitization-aware pretraining on {esc(str(dataset))}, {mech_list[0]} "
+                              f"ε={epsilon_text(eps_vals[0])} "
                               f"({res['encoder']}, {res['preset']} preset): plain {res['plain']:.3f}, control {res['control']:.3f}, "
                               f"sanitization-aware {res['sanitization_aware']:.3f} (gain {res['gain']:+.3f})")
         if not quiet:
@@ -143,26 +152,18 @@ def evaluate_command(
             err_console.print(f"note: {NOT_A_RELEASE}.", highlight=False)
         return
     from textdp.evaluate import run_sweep
+    from textdp.evaluate.sweep import cell_keys
 
-    n_cells = 1 + len(cfg.mechanisms) * len(cfg.epsilons)
     with progress(quiet) as bar:
-        task = bar.add_task("cells", total=n_cells)
-
-        def on_stage(s: str) -> None:
-            if s.startswith("warning:"):  # warnings are printed, not hidden in the bar's description
-                bar.console.print(f"[yellow]warning:[/] {esc(s[len('warning:'):].strip())}", highlight=False)
-            else:
-                bar.update(task, description=s[:48])
-
-        def on_cell(key: str, done: int, total: int) -> None:
-            bar.update(task, completed=done)
-
+        lines = _ProgressLines(bar, cell_keys(cfg))
         try:
-            res = run_sweep(cfg, output, overwrite=overwrite, progress=on_cell, stage=on_stage, workers=workers)
+            res = run_sweep(cfg, output, overwrite=overwrite, progress=lines.cell_done, stage=lines.stage,
+                            workers=workers)
         except KeyboardInterrupt as exc:  # finished cells stay in OUTPUT/cache/ (that is how a sweep resumes)
             exc.textdp_kept = (f"no report was written; finished cells are kept in {str(Path(output) / 'cache')} "
                                "and the same command resumes from them")
             raise
+        lines.finish()
     df = res.rows
     if json_out:
         print_json({"output": str(output), "seconds": res.seconds, "resumed_cells": res.resumed_cells,
@@ -179,11 +180,14 @@ def evaluate_command(
               pad_edge=False, caption="util: accuracy (Pearson r for similarity data) on sanitized / clean test "
               "text; bayes @k: Bayes attack success (" + cfg.prior + " prior), opt@1: its exact optimum; "
               "mask succ.: attack success; full column names in results.csv")
+    from textdp.evaluate.report import epsilon_column
+
+    widths = dict(_MIN_WIDTH, epsilon=max([5] + [len(epsilon_column(v)) for v in df["epsilon"]]))
     for c in cols:  # two-line short headers: fits 80 columns, numbers never cut ("…")
-        t.add_column(_SHORT_HEADERS.get(c, c), justify="right", no_wrap=True, min_width=_MIN_WIDTH.get(c, 5))
-    for r in df[cols].to_dict("records"):
-        t.add_row(*["–" if v is None or v != v else (f"{v:.3f}" if isinstance(v, float) else str(v))
-                    for v in r.values()])
+        t.add_column(_SHORT_HEADERS.get(c, c), justify="right", no_wrap=True, min_width=widths.get(c, 5))
+    for r in df[cols].to_dict("records"):  # ε exact (never two cells alike), other numbers to 3 decimals
+        t.add_row(*[epsilon_column(v) if c == "epsilon" else "–" if v is None or v != v else
+                    (f"{v:.3f}" if isinstance(v, float) else str(v)) for c, v in r.items()])
     out_console.print(t)
     if not quiet:
         err_console.print(f"report: {esc(str(Path(output) / 'report.html'))}  ({res.seconds:.1f} s"
@@ -193,11 +197,93 @@ def evaluate_command(
         err_console.print(f"note: {NOT_A_RELEASE}.", highlight=False)
 
 
+class _ProgressLines:
+    """evaluate's progress on stderr: one line per cell, named by its key (``santext-eps3``; its current
+    step after a colon while it runs in this process, ``(cached)`` when taken from the cache), one
+    line per step outside the cells (loading the data, training the default MLM, starting workers,
+    ``writing the report``); each line ends complete when the next thing starts. A log (no terminal)
+    gets the final state of every line. Warnings are printed above the lines, never put in them."""
+
+    def __init__(self, bar, keys: list[str]):
+        self.bar, self.keys = bar, set(keys)
+        self.tasks: dict[str, int] = {}  # cell key -> its line
+        self.current: int | None = None  # the line of the step or cell now running here
+
+    def _close_current(self) -> None:
+        if self.current is not None:
+            self.bar.update(self.current, completed=1)
+            self.current = None
+
+    def _line(self, description: str) -> int:
+        return self.bar.add_task(description, total=1)
+
+    def stage(self, s: str) -> None:
+        if s.startswith("warning:"):  # warnings are printed, not hidden in a line's description
+            self.bar.console.print(f"[yellow]warning:[/] {esc(s[len('warning:'):].strip())}", highlight=False)
+            return
+        key, sep, step = s.partition(": ")
+        if sep and key in self.keys:  # a step of a cell: that cell's line names it
+            if key not in self.tasks:
+                self._close_current()
+                self.tasks[key] = self._line(key)
+            self.current = self.tasks[key]
+            self.bar.update(self.current, description=f"{key}: {step}")
+            return
+        self._close_current()
+        self.current = self._line(s)
+
+    def cell_done(self, label: str, done: int, total: int) -> None:
+        key = label[: -len(" (cached)")] if label.endswith(" (cached)") else label
+        if key in self.tasks:
+            task = self.tasks[key]
+            if task == self.current:
+                self.current = None
+        else:  # run in a worker process, or taken from the cache: its line appears finished
+            task = self.tasks[key] = self._line(label)
+        self.bar.update(task, description=label, completed=1)
+
+    def finish(self) -> None:
+        self._close_current()
+
+
 _SHORT_HEADERS = {"epsilon": "ε", "utility_sanitized": "util\nsan", "utility_clean": "util\nclean",
                   "majority_rate": "maj.\nrate", "bayes_top1": "bayes\n@1", "bayes_top5": "bayes\n@5",
                   "bayes_optimum_top1": "opt\n@1",
                   "mask_success": "mask\nsucc.", "N_w_median": "N_w\nmed", "S_w_mean": "S_w\nmean"}
 _MIN_WIDTH = {"mechanism": 9, "S_w_mean": 7}
+
+
+def _refuse_unused_options(ctx: typer.Context, dataset: str, mechanisms: list[str], attacks: list[str], model: str,
+                           mlm: Optional[str], pretraining: Optional[str]) -> None:
+    """Options that do not apply are refused with one line naming the option and why (exit 2), never
+    silently ignored (issue 13). --pretraining runs no sweep: it warns about the sweep options it
+    ignores instead, so only the dataset's columns are checked for it."""
+    from textdp.cli._options import refuse_unused
+    from textdp.data.datasets import DATASETS
+    from textdp.evaluate.sweep import mechanism_key
+
+    if dataset.strip().lower() in DATASETS:
+        refuse_unused(ctx, f"names a column of TRAIN,TEST files; {dataset!r} is a built-in dataset (it knows its "
+                           "columns)", "text_column", "label_column")
+    if pretraining is not None:
+        return
+    refuse_unused(ctx, "chooses the encoder of --pretraining; no --pretraining is given", "pretraining_encoder")
+    mechs = {mechanism_key(m) for m in mechanisms}
+    if "santext+" not in mechs:
+        refuse_unused(ctx, f"is a SanText+ setting; --mechanisms {','.join(mechanisms)} has no santext+",
+                      "w", "p", "frequencies")
+    shown = ",".join(attacks) or "none"
+    if "mask" not in attacks:
+        refuse_unused(ctx, f"is a setting of the mask-token attack; --attacks {shown} has no mask",
+                      "mlm", "mlm_preset", "max_mask_positions")
+    elif mlm is not None:
+        refuse_unused(ctx, "sets the size of the default masked LM; --mlm names the model to use", "mlm_preset")
+    if "bayes" not in attacks:
+        refuse_unused(ctx, f"is a setting of the Bayes attack; --attacks {shown} has no bayes",
+                      "prior", "max_attack_tokens")
+    if model.strip().lower() == "tfidf":
+        refuse_unused(ctx, "sets the fine-tuning epochs of a transformer --model (minilm or a model folder); "
+                           "--model tfidf trains no epochs", "epochs")
 
 
 def register(app: typer.Typer) -> None:

@@ -14,12 +14,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["write_report", "plot_privacy_utility", "render_html"]
+from textdp.evaluate.sweep import epsilon_text
+
+__all__ = ["write_report", "plot_privacy_utility", "render_html", "epsilon_column"]
 
 _COLORS = {"santext": "#1f77b4", "santext+": "#2ca02c", "fbdd": "#d62728"}
 _ATTACKS = (("bayes_top1", "Bayes-optimal inversion, top-1 success"),
             ("bayes_top5", "Bayes-optimal inversion, top-5 success"),
             ("mask_success", "mask-token inference success"))
+
+
+def epsilon_column(eps) -> str:
+    """ε in a results table: three decimals ("3.000", "16.500") when they are exact and short, else
+    its exact text (:func:`textdp.evaluate.sweep.epsilon_text`: "0.0001", "1e+06", "1000001.0"), so
+    two cells never read alike; "–" for the clean baseline."""
+    if eps is None or (isinstance(eps, float) and math.isnan(eps)):
+        return "–"
+    fixed = f"{float(eps):.3f}"
+    return fixed if float(fixed) == float(eps) and len(fixed) <= 7 else epsilon_text(eps)
 
 
 def _mpl():
@@ -43,7 +55,7 @@ def plot_privacy_utility(df: pd.DataFrame, attack: str, label: str, path: Path, 
         g = g.sort_values("epsilon")
         ax.plot(g[attack], g[utility], "o-", color=_COLORS.get(mech), label=mech)
         for _, r in g.iterrows():
-            ax.annotate(f"ε={r['epsilon']:g}", (r[attack], r[utility]), textcoords="offset points", xytext=(4, 4),
+            ax.annotate(f"ε={epsilon_text(r['epsilon'])}", (r[attack], r[utility]), textcoords="offset points", xytext=(4, 4),
                         fontsize=7)
     if len(clean) and utility in clean:
         cu = float(clean[utility].iloc[0])
@@ -131,8 +143,8 @@ def render_html(df: pd.DataFrame, cards: dict, cfg, images: dict[str, Path]) -> 
     """The report as one HTML string (images read from ``images`` and embedded)."""
     cols = [c for c in _TABLE_COLS if c in df.columns]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in cols) + "</tr>"
-                   for r in df.to_dict("records"))
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(epsilon_column(r.get(c))) if c == 'epsilon' else _fmt(r.get(c))}"
+                                    "</td>" for c in cols) + "</tr>" for r in df.to_dict("records"))
     figs = []
     for title, p in images.items():
         b64 = base64.b64encode(Path(p).read_bytes()).decode("ascii")

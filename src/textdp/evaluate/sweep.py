@@ -35,11 +35,38 @@ import pandas as pd
 
 from textdp.errors import InputError, OutputError, ParameterError
 
-__all__ = ["SweepConfig", "SweepResult", "run_sweep", "load_task", "CLEAN"]
+__all__ = ["SweepConfig", "SweepResult", "run_sweep", "load_task", "CLEAN", "cell_key", "cell_keys",
+           "epsilon_text", "mechanism_key"]
 
 CLEAN = "none"  # mechanism name of the clean-text baseline row
-_CACHE_VERSION = 4  # 2: transformer defaults (mean pooling, lr 1e-4, auto epochs); 3: Bayes optimum columns;
-# 4: output vocabulary (public by default) and SanText+ frequencies in the settings
+_CACHE_VERSION = 5  # 2: transformer defaults (mean pooling, lr 1e-4, auto epochs); 3: Bayes optimum columns;
+# 4: output vocabulary (public by default) and SanText+ frequencies in the settings;
+# 5: cells keyed by their exact ε (a version-4 cache may hold one ε's cell under another's 6-digit name)
+
+
+def epsilon_text(eps: float) -> str:
+    """The exact text of ε: ``{eps:g}`` ("3", "0.001", "1e+06") when that is exactly ``eps``, else
+    ``repr(eps)`` ("1000001.0", "0.30000001"). Two different ε never get the same text (each
+    text reads back as its own value), so cells keyed by it never merge."""
+    short = f"{float(eps):g}"
+    return short if float(short) == float(eps) else repr(float(eps))
+
+
+def cell_key(mechanism: str, eps: float | None) -> str:
+    """Name of a sweep cell: ``clean`` for the baseline, else ``MECHANISM-epsEPS`` with the exact ε
+    (:func:`epsilon_text`). It names the cell's cache files, its card and its progress line."""
+    return "clean" if mechanism == CLEAN else f"{mechanism}-eps{epsilon_text(eps)}"
+
+
+def cell_keys(cfg: "SweepConfig") -> list[str]:
+    """The names of a validated config's cells, in the order of the report: the clean baseline, then
+    every mechanism × ε."""
+    return [cell_key(CLEAN, None)] + [cell_key(m, e) for m in cfg.mechanisms for e in cfg.epsilons]
+
+
+def mechanism_key(name) -> str:
+    """A mechanism name as the sweep spells it (``SanTextPlus`` -> ``santext+``); not checked."""
+    return str(name).strip().lower().replace("plus", "+").replace("_", "")
 
 
 @dataclass
@@ -89,7 +116,7 @@ class SweepConfig:
 
         mechs = []
         for m in self.mechanisms:
-            key = str(m).strip().lower().replace("plus", "+").replace("_", "")
+            key = mechanism_key(m)
             if key not in MECHANISMS:
                 raise ParameterError(f"unknown mechanism {m!r}; use any of {', '.join(MECHANISMS)}")
             mechs.append(key)
@@ -107,7 +134,10 @@ class SweepConfig:
             eps.append(v)
         if not eps:
             raise ParameterError("no epsilon given; use e.g. --epsilons 1,2,3")
-        self.epsilons = tuple(sorted(set(eps)))
+        twice = next((v for i, v in enumerate(eps) if v in eps[:i]), None)
+        if twice is not None:  # one cell per ε: a repeated value is a typo, never silently merged
+            raise ParameterError(f"--epsilons lists ε = {epsilon_text(twice)} twice; give each value once")
+        self.epsilons = tuple(sorted(eps))
         bad = [a for a in self.attacks if a not in ("bayes", "mask")]
         if bad:
             raise ParameterError(f"unknown attack {bad[0]!r}; use bayes and/or mask")
@@ -314,8 +344,10 @@ def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = Fals
               stage: Callable[[str], None] | None = None, workers: int = 1) -> SweepResult:
     """Run the sweep and write its report into folder ``output`` (see the module docstring).
 
-    ``progress(label, done, total)`` is called after each cell; ``stage(text)`` with
-    what is being done. ``workers > 1`` runs the cells that are not cached in that many
+    ``progress(label, done, total)`` is called after each cell (label: its :func:`cell_key`;
+    ``"KEY (cached)"`` for each cell taken from the cache, before any other); ``stage(text)`` with
+    what is being done (``"KEY: step"`` while a cell runs in this process, ``"warning: …"``,
+    ``"writing the report"`` for that step only). ``workers > 1`` runs the cells that are not cached in that many
     worker processes (spawned; one BLAS/torch thread each; the default attack MLM is
     trained or loaded once before they start); results are identical to
     ``workers=1`` because every cell draws from its own seed. Refuses an ``output``
@@ -350,13 +382,17 @@ def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = Fals
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ParameterError(f"workers must be a whole number >= 1, got {workers!r}")
     cells = [(CLEAN, None)] + [(m, e) for m in cfg.mechanisms for e in cfg.epsilons]
-    keys = ["clean" if m == CLEAN else f"{m}-eps{e:g}" for m, e in cells]
+    keys = [cell_key(m, e) for m, e in cells]
+    assert len(set(keys)) == len(keys), keys  # exact ε: distinct cells never share a name
     recs: dict = {}
     state: dict = {}
-    for key in keys:
+    for (m, e), key in zip(cells, keys):
         path = cache / f"{key}.json"
         if path.exists():
-            recs[key] = json.loads(path.read_text("utf-8"))
+            rec = json.loads(path.read_text("utf-8"))
+            row = rec.get("row") or {}
+            if row.get("mechanism") == m and (e is None or row.get("epsilon") == e):  # this very cell
+                recs[key] = rec
     resumed = len(recs)
     todo = [(m, e, k) for (m, e), k in zip(cells, keys) if k not in recs]
     done = 0
@@ -369,8 +405,9 @@ def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = Fals
         if progress:
             progress(key, resumed + done, len(cells))
 
-    if progress and resumed:
-        progress("cache", resumed, len(cells))
+    if progress:  # the cells taken from the cache, one call each (label "KEY (cached)")
+        for i, key in enumerate(k for k in keys if k in recs):
+            progress(f"{key} (cached)", i + 1, len(cells))
     if workers > 1 and len(todo) > 1:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -387,7 +424,6 @@ def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = Fals
             futs = {ex.submit(_cell_job, wcfg, m, e, k, train, test, str(cache)): k for m, e, k in todo}
             for f in as_completed(futs):
                 finish(futs[f], f.result())
-                say(f"{resumed + done}/{len(cells)} cells done")
     else:
         for m, e, k in todo:
             finish(k, _run_cell(cfg, m, e, k, train, test, cache, state, say))
@@ -447,6 +483,12 @@ def _utility(cfg, train_texts, train_labels, test_san, test_clean, test_labels):
     return evaluate_utility(model, train_texts, train_labels, test_san, test_clean, test_labels)
 
 
+def _model_name(model) -> str:
+    """A model option as a progress line shows it: a folder's last part (the line is cut at 40 columns)."""
+    s = str(model).strip().rstrip("/\\")
+    return s.replace("\\", "/").rsplit("/", 1)[-1] or s
+
+
 def _run_cell(cfg, mech_name, eps, key, train, test, cache: Path, state: dict, say) -> dict:
     from textdp.data.io import write_table
     from textdp.evaluate.privacy import (AlignedTokens, aligned_tokens, bayes_attack, deniability_summary,
@@ -461,7 +503,7 @@ def _run_cell(cfg, mech_name, eps, key, train, test, cache: Path, state: dict, s
     seed = _cell_seed(cfg.seed, key)
     attack_rng = np.random.default_rng(seed if seed is not None else 0)  # token subsample only
     if mech_name == CLEAN:
-        say("clean baseline")
+        say(f"{key}: training {_model_name(cfg.model)}")
         u = _utility(cfg, tr_texts, train["label"].tolist(), te_texts, te_texts, test["label"].tolist())
         row.update(u.to_dict())
         row.update({"bayes_top1": 1.0, "bayes_top5": 1.0, "bayes_optimum_top1": 1.0, "bayes_optimum_top5": 1.0,
@@ -471,6 +513,7 @@ def _run_cell(cfg, mech_name, eps, key, train, test, cache: Path, state: dict, s
 
             words = tokenize_words(te_texts)
             al = AlignedTokens(words, words, list(range(len(words))), 0)
+            say(f"{key}: mask-token attack")
             row.update(mask_token_attack(_mlm(cfg, state, say), al, cfg.max_mask_positions, attack_rng))
         card = {"mechanism": CLEAN, "guarantee": {"kind": "none", "reason": "clean text (no sanitization)"},
                 "guarantee_text": "no privacy: clean text baseline"}
@@ -497,7 +540,7 @@ def _run_cell(cfg, mech_name, eps, key, train, test, cache: Path, state: dict, s
     if not any(t.strip() for t in s_tr):
         raise InputError(f"{key}: the sanitized training split is empty (every token dropped?); "
                          "use another --oov policy or check the text column")
-    say(f"{key}: training {cfg.model}")
+    say(f"{key}: training {_model_name(cfg.model)}")
     u = _utility(cfg, s_tr, train["label"].tolist(), s_te, te_texts, test["label"].tolist())
     row.update(u.to_dict())
     al = aligned_tokens(mech, te_texts, s_te)
