@@ -248,3 +248,63 @@ def test_train_over_budget_record_removes_created_folders(corpus_file, tmp_path,
              "--seed", 0, "-o", out, "--ledger-dir", tmp_path / "ledgers", "-q")
     assert r.exit_code == 2 and "over budget" in r.output, r.output
     assert not (tmp_path / "missing").exists()
+
+
+def test_train_reservation_names_its_outputs_so_settle_can_cancel_it(corpus_file, tmp_path, monkeypatch):
+    """Like sanitize, `topics train` reserves with the model folder and its card (issue 13, item 1): a run
+    killed before the model reached disk is settled by cancelling, not by committing its charge."""
+    import textdp.cli.topics as cli_topics
+    from textdp.accounting.ledger import Ledger
+
+    led = tmp_path / "ledgers"
+    Ledger(str(corpus_file), led).set_budget(5.0)
+    out = tmp_path / "model"
+
+    def killed(*a, **k):  # the run dies during training, before its reservation is closed
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_topics, "_train_and_release", killed)
+    monkeypatch.setattr(Ledger, "cancel", lambda self, reservation: None)  # as when killed (SIGKILL)
+    r = _run("topics", "train", corpus_file, "--privacy", "hdp", "-e", 1, "--k", 3, "--iterations", 2,
+             "--vocabulary", _vocab(corpus_file), "-o", out, "--ledger-dir", led, "-q")
+    assert r.exit_code == 130, r.output
+    (opened,) = Ledger(str(corpus_file), led).open_reservations()
+    assert opened["outputs"] == [str(out), str(out / "model.card.json")]
+    r = _run("budget", "reservations", corpus_file, "--ledger-dir", led, "--json")
+    (row,) = json.loads(r.stdout)["open_reservations"]
+    assert row["settle"] == "cancel" and row["on_disk"] == [], row  # nothing of it reached disk
+    out.mkdir()
+    (out / "model.card.json").write_text("{}")
+    r = _run("budget", "reservations", corpus_file, "--ledger-dir", led, "--json")
+    (row,) = json.loads(r.stdout)["open_reservations"]
+    assert row["settle"] == "commit" and len(row["on_disk"]) == 2, row  # its release is on disk: spent
+
+
+def test_train_no_ledger_over_a_budget_warns_once_and_the_card_says_unrecorded(corpus_file, tmp_path):
+    """As sanitize: --no-ledger over a dataset with a budget prints one warning line, and the card of every
+    --no-ledger model states that it is not recorded (issue 13, item 7)."""
+    from textdp.accounting.ledger import Ledger
+    from textdp.cli.budget import NOT_RECORDED
+
+    led = tmp_path / "ledgers"
+    env = {"TEXTDP_LEDGER_DIR": str(led)}  # --ledger-dir is refused with --no-ledger: the default folder
+
+    def train(out, *extra):
+        return CliRunner().invoke(app, [str(a) for a in (
+            "topics", "train", corpus_file, "--privacy", "hdp", "-e", 1, "--k", 3, "--iterations", 2,
+            "--vocabulary", _vocab(corpus_file), "--seed", 0, "-o", tmp_path / out, "-q", *extra)], env=env)
+
+    r = train("a", "--no-ledger")  # no budget: nothing to warn about
+    assert r.exit_code == 0 and r.output == "", r.output
+    Ledger(str(corpus_file), led).set_budget(5.0)
+    r = train("b", "--no-ledger")
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "--no-ledger" in lines[0] and "has a budget" in lines[0], r.output
+    for name in ("a", "b"):
+        assert json.loads((tmp_path / name / "model.card.json").read_text())["ledger"] == NOT_RECORDED
+    assert [e["type"] for e in Ledger(str(corpus_file), led).entries()] == ["budget"]
+    r = train("c")  # recorded: the card says nothing about a ledger, the ledger has the release
+    assert r.exit_code == 0, r.output
+    assert "ledger" not in json.loads((tmp_path / "c" / "model.card.json").read_text())
+    assert [e["type"] for e in Ledger(str(corpus_file), led).entries()] == ["budget", "reservation", "release"]

@@ -212,16 +212,24 @@ def train_command(
     check_output_outside_ledgers(out, ledger_dir)
     check_output_dir(out, overwrite=overwrite, inputs=in_paths, create_parents=True)  # made when the model is saved
     led = None
+    dataset = input if Path(input).exists() else name  # the ledger's identity of the training data
     if not no_ledger:
         from textdp.accounting.ledger import Ledger
 
-        led = Ledger(input if Path(input).exists() else name, ledger_dir)
-        # reserve before training (refused -> nothing is done); closed by the release or cancelled
-        reservation = led.reserve(trainer.guarantee, command=f"topics train --privacy {privacy}", force=force)
+        led = Ledger(dataset, ledger_dir)
+        # reserve before training (refused -> nothing is done); closed by the release or cancelled. The
+        # model folder and its card are recorded, so that `textdp budget settle` can tell whether a killed
+        # run's release reached disk (cancel when neither exists, else commit), as for sanitize
+        reservation = led.reserve(trainer.guarantee, command=f"topics train --privacy {privacy}", force=force,
+                                  outputs=[out, out / "model.card.json"])
         if force:  # a refusal overridden: one warning line on stderr (the ledger entry records it)
             from textdp.cli.budget import announce_forced
 
             announce_forced(led, reservation)
+    else:  # one warning line when the dataset has a budget; the card says the release is not recorded
+        from textdp.cli.budget import announce_unrecorded
+
+        announce_unrecorded(dataset, ledger_dir)
     try:
         return _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy, prior_corpus,
                                   text_column, vocab, min_count, max_vocab, iterations, batch_size, quiet,
@@ -290,6 +298,11 @@ def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy
             reason = reason.replace(repr(led.dataset), "the dataset")
         plain_card = model.card
         model.card = lambda output=None: {**plain_card(output), "forced": True, "forced_reason": reason}
+    if led is None:  # --no-ledger: the card states that this release is counted against no budget
+        from textdp.cli.budget import NOT_RECORDED
+
+        unrecorded_card = model.card
+        model.card = lambda output=None: {**unrecorded_card(output), "ledger": NOT_RECORDED}
     from textdp.data.io import remove_empty_folders
 
     above, made = out.parent, []  # folders above the model that the save creates (as sanitize does)
