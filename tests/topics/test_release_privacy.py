@@ -136,7 +136,8 @@ def test_corpus_vocabulary_is_released_and_says_so(neighbours, tmp_path, privacy
 
 # -- no exact statistic of the private input in a released file -------------------------------------------------
 CARD_KEYS = {"format", "mechanism", "parameters", "guarantee", "guarantee_text", "units", "data", "output",
-             "randomness", "statistics", "textdp_version", "created", "release", "seed", "warnings"}
+             "randomness", "statistics", "textdp_version", "created", "release", "seed", "warnings",
+             "ledger"}  # "ledger": the parameter-level statement of a --no-ledger release
 CARD_DATA_KEYS = {"input", "n_topics", "vocabulary", "n_words"}
 MODEL_KEYS = {"format", "format_version", "textdp_version", "method", "n_topics", "alpha", "beta", "params",
               "guarantee", "accounting", "seed", "info", "vocabulary"}

@@ -68,7 +68,7 @@ NOT_RECORDED = ("not recorded in any privacy-budget ledger (--no-ledger): its sp
 
 
 def announce_unrecorded(dataset: str, ledger_dir=None) -> bool:
-    """For ``--no-ledger`` (sanitize): when ``dataset`` has a budget in its ledger, print one warning
+    """For ``--no-ledger`` (sanitize, topics train): when ``dataset`` has a budget in its ledger, print one warning
     line on stderr (this release is not counted against it); returns whether it printed. Silent
     when the dataset has no ledger or no budget, or the ledger cannot be read."""
     from textdp.cli._common import err_console
