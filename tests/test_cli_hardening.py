@@ -417,3 +417,47 @@ def test_a_race_loser_is_told_what_is_reserved_not_spent(tmp_path, data):
     r = _run("sanitize", data, "-e", "3", "--embeddings", _emb(tmp_path), "--ledger-dir", led, "-o",
              tmp_path / "o.txt")
     assert r.exit_code == 2 and "0 already spent and 3 reserved" in _err_line(r)
+
+
+# ---- final review findings (issue 13): binary files, strict-JSON ledger ---------------------------------------
+@pytest.mark.parametrize("head", [b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 4, b"\x1f\x8b\x08\x00" + bytes(300),
+                                  bytes((i * 37 + 11) % 256 for i in range(5000))])
+def test_binary_file_is_called_binary_not_an_encoding(tmp_path, head):
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+
+    src = tmp_path / "data.csv"
+    src.write_bytes(head)
+    r = CliRunner().invoke(app, ["sanitize", str(src), "-e", "3", "--no-ledger", "-o", str(tmp_path / "o.csv")])
+    assert r.exit_code == 2 and "looks like a binary file" in r.output and "iconv" not in r.output, r.output
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_latin1_file_still_gets_its_iconv_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+
+    src = tmp_path / "lat.csv"
+    src.write_bytes(b"id,text\n1,caf\xe9 cr\xe8me\n")
+    r = CliRunner().invoke(app, ["sanitize", str(src), "-e", "3", "--no-ledger", "-o", str(tmp_path / "o.csv")])
+    assert r.exit_code == 2 and "Latin-1" in r.output and "iconv -f latin1" in r.output, r.output
+
+
+def test_ledger_lines_are_strict_json_with_infinite_terms(tmp_path):
+    import json
+    import math
+
+    from textdp.accounting import UMLDP
+    from textdp.accounting.ledger import Ledger
+
+    led = Ledger("rotten-tomatoes", tmp_path)
+    led.record(UMLDP(epsilon=1.0, epsilon0=math.inf, worst_case_epsilon=math.inf), card={"x": math.inf}, command="t")
+
+    def refuse(token):
+        raise ValueError(token)
+
+    for line in led.path.read_text(encoding="utf-8").splitlines():
+        json.loads(line, parse_constant=refuse)  # no bare Infinity / NaN
+    assert [g.epsilon0 for g in led.guarantees()] == [math.inf] and led.verify()

@@ -203,6 +203,9 @@ def guarantee_from_dict(d: dict[str, Any]) -> Guarantee:
     d = dict(d)
     kind = d.pop("kind")
     cls = _KINDS[kind]
+    for k, v in list(d.items()):  # non-finite numbers as written by cards and the ledger ("inf", "-inf", "nan")
+        if isinstance(v, str) and v in ("inf", "-inf", "nan") and k not in ("unit", "neighbours", "metric", "reason"):
+            d[k] = float(v)
     for k in ("orders", "epsilons"):
         if k in d:
             d[k] = tuple(d[k])

@@ -573,7 +573,11 @@ class Ledger:
                         prev = _line_hash(line.rstrip("\n"))
                         n += 1
                 entry = {"v": LEDGER_VERSION, "prev": prev, **entry}
-                line = json.dumps(entry, sort_keys=True, default=str, ensure_ascii=False)
+                # strict JSON (an infinite epsilon0 is written "inf", as on the cards; read back by
+                # guarantee_from_dict): a bare Infinity token is refused by strict parsers
+                from textdp.accounting.card import json_safe
+
+                line = json.dumps(json_safe(entry), sort_keys=True, default=str, ensure_ascii=False, allow_nan=False)
                 fh.seek(0, os.SEEK_END)
                 fh.write(line + "\n")
                 fh.flush()

@@ -176,6 +176,34 @@ def _guess_encoding(path: Path) -> tuple[str, str] | None:
     return None
 
 
+_BINARY_MAGIC = (b"\x7fELF", b"\x1f\x8b", b"PK\x03\x04", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd", b"MZ",
+                 b"\x89PNG", b"\xff\xd8\xff", b"%PDF")
+
+
+def _looks_binary(path: Path) -> bool:
+    """Whether the file's first 64 KiB look like binary data (an executable, an archive, compressed
+    or image data) rather than text in some encoding: a known magic number, a NUL byte that is not
+    UTF-16's pattern, or more than 5 % control bytes other than tab, newline, carriage return, form feed."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return False
+    if not head:
+        return False
+    if head.startswith(_BINARY_MAGIC):
+        return True
+    guess_utf = head.startswith((b"\xff\xfe", b"\xfe\xff"))
+    if not guess_utf and b"\x00" in head:
+        even, odd = head[0::2], head[1::2]
+        utf16 = (odd.count(0) >= 0.3 * max(1, len(odd)) and even.count(0) < 0.05 * max(1, len(even))) or \
+                (even.count(0) >= 0.3 * max(1, len(even)) and odd.count(0) < 0.05 * max(1, len(odd)))
+        if not utf16:
+            return True
+    control = sum(1 for b in head if b < 0x20 and b not in (0x09, 0x0A, 0x0C, 0x0D, 0x00))
+    return not guess_utf and control > 0.05 * len(head)
+
+
 def _reencode_hint(path: Path, source: str) -> str:
     """``iconv -f SOURCE -t UTF-8 'in.txt' > 'in.utf8.txt'``: a re-encoding line for ``path``."""
     import shlex
@@ -192,6 +220,9 @@ def _decode_error(path: Path, encoding: str, line: int | None = None) -> InputEr
     if guess is not None and guess[1].startswith("utf-"):
         return InputError(f"{path.name}: the file is {guess[0]}, not {encoding}; re-encode it as UTF-8: "
                           f"{_reencode_hint(path, guess[1])}")
+    if _looks_binary(path):
+        return InputError(f"{path.name}: it looks like a binary file (an executable, an archive, compressed or "
+                          "image data), not text; give a CSV/TSV/JSONL/Parquet/TXT file")
     if line is None:
         bad = _find_bad_line(path, encoding)
         line = bad[0] if bad else None
