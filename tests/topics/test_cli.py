@@ -308,3 +308,15 @@ def test_train_no_ledger_over_a_budget_warns_once_and_the_card_says_unrecorded(c
     assert r.exit_code == 0, r.output
     assert "ledger" not in json.loads((tmp_path / "c" / "model.card.json").read_text())
     assert [e["type"] for e in Ledger(str(corpus_file), led).entries()] == ["budget", "reservation", "release"]
+
+
+def test_fewer_documents_than_topics_leaves_no_ledger_trace(tmp_path):
+    """Final review finding: a refused run (K > documents) must not write a reservation/cancel pair."""
+    p = tmp_path / "one.txt"
+    p.write_text("apples and oranges grow on trees in the garden\n", "utf-8")
+    led = tmp_path / "led"
+    r = _run("topics", "train", p, "--k", 5, "--privacy", "hdp", "--epsilon", 2, "-o", tmp_path / "m",
+             "--ledger-dir", led)
+    assert r.exit_code == 2 and "fewer than K=5" in r.output, r.output
+    assert not led.exists() or not any(led.iterdir())
+    assert not (tmp_path / "m").exists()

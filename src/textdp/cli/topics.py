@@ -213,6 +213,11 @@ def train_command(
     check_output_dir(out, overwrite=overwrite, inputs=in_paths, create_parents=True)  # made when the model is saved
     led = None
     dataset = input if Path(input).exists() else name  # the ledger's identity of the training data
+    if len(train_texts) < trainer.n_topics:  # known before the budget is touched: bad input leaves no ledger trace
+        from textdp.errors import InputError
+
+        raise InputError(f"the corpus has {len(train_texts)} documents, fewer than K={trainer.n_topics} topics; "
+                         "lower --k or give a larger corpus")
     if not no_ledger:
         from textdp.accounting.ledger import Ledger
 
