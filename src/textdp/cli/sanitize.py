@@ -475,6 +475,8 @@ def _print_summary(s: dict, seed) -> None:
     from rich.table import Table
 
     t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(no_wrap=True)
+    t.add_column(overflow="fold")  # long paths wrap instead of being cut with "…": the curator copies them
     t.add_row("mechanism", esc(f"{s['mechanism']}: {s['guarantee']}"))
     wc = s["worst_case_epsilon_per_token"]
     t.add_row("worst case", "unbounded (see the warnings)" if wc is None or math.isinf(wc) else
