@@ -186,14 +186,9 @@ def hash_input(path: str | os.PathLike | None, block: int = 1 << 22) -> str | No
     p = Path(path)
     if not p.is_file():
         return None
-    h = hashlib.sha256()
-    with open(p, "rb") as fh:
-        while True:
-            b = fh.read(block)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
+    from textdp.data.io import file_sha256
+
+    return file_sha256(p, block)
 
 
 @dataclass(frozen=True)
