@@ -9,8 +9,12 @@ Mechanisms (see :mod:`textdp.sanitize.mechanisms` for formulas and guarantees):
 Quick start::
 
     from textdp.sanitize import SanText, sanitize_texts
-    mech = SanText("glove-6b-50d", epsilon=3, rng=0).fit(texts)   # rng=0: reproducible, not for release
-    sanitized, stats = sanitize_texts(texts, mech)
+    mech = SanText("glove-6b-50d", epsilon=3, rng=0)   # public output vocabulary; rng=0: reproducible, not for release
+    sanitized, stats = sanitize_texts(texts, mech)      # stats: the curator's private counts (never on a card)
+
+The default law of every sanitizer depends only on the token, its parameters and public data
+(:mod:`textdp.sanitize.vocabulary`); draws come from per-record keyed streams
+(:mod:`textdp.noise.keyed`); the layout rule is :func:`textdp.sanitize.corpus.glue`.
 
 Other capabilities (attacks, evaluation, audit) use ``mech.probabilities(words)``
 (exact ``(k, V_out)`` output distributions), ``mech.output_words``,
