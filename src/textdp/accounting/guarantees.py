@@ -31,7 +31,9 @@ __all__ = [
 ]
 
 
-def _check_epsilon(eps: float, name: str = "epsilon", allow_inf: bool = False) -> float:
+def positive_number(eps: float, name: str = "epsilon", allow_inf: bool = False) -> float:
+    """``eps`` as a float if it is a positive finite number (``allow_inf``: +inf too), else
+    ParameterError naming ``name``: the one check of epsilons, scales and budgets."""
     try:
         val = float(eps)
     except (TypeError, ValueError):
@@ -39,6 +41,9 @@ def _check_epsilon(eps: float, name: str = "epsilon", allow_inf: bool = False) -
     if math.isnan(val) or val <= 0 or (math.isinf(val) and not allow_inf):
         raise ParameterError(f"{name} must be a positive finite number, got {eps!r}")
     return val
+
+
+_check_epsilon = positive_number
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ from textdp.accounting.composition import (
     worst_case_per_document,
     worst_case_per_token,
 )
-from textdp.accounting.guarantees import Guarantee, guarantee_from_dict
+from textdp.accounting.guarantees import Guarantee, guarantee_from_dict, positive_number
 from textdp.errors import BudgetExceededError, InputError, ParameterError
 
 __all__ = ["Ledger", "Budget", "ledger_dir", "dataset_id", "dataset_key", "hash_input", "DEFAULT_DELTA",
@@ -592,13 +592,7 @@ class Ledger:
         metric currency's composed additive term (default: ``epsilon``).
         """
         def positive(x, name):
-            try:
-                v = float(x)
-            except (TypeError, ValueError):
-                raise ParameterError(f"budget {name} must be a number, got {x!r}") from None
-            if not (v > 0 and math.isfinite(v)):
-                raise ParameterError(f"budget {name} must be a positive finite number, got {x!r}")
-            return v
+            return positive_number(x, f"budget {name}")
 
         eps = positive(epsilon, "epsilon")
         e0 = None if epsilon0 is None else positive(epsilon0, "epsilon0")

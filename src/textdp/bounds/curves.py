@@ -71,13 +71,9 @@ def _order(alpha) -> float:
 
 
 def _pos(x, name: str, allow_inf: bool = False) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise ParameterError(f"{name} must be a positive number, got {x!r}") from None
-    if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
-        raise ParameterError(f"{name} must be a positive finite number, got {x!r}")
-    return v
+    from textdp.accounting.guarantees import positive_number
+
+    return positive_number(x, name, allow_inf)
 
 
 def _count(x, name: str) -> int:
