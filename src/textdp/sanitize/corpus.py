@@ -28,6 +28,7 @@ Detokenization rule (what a sanitized document looks like):
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import unicodedata
@@ -46,6 +47,7 @@ _OPENING = frozenset("([{“‘«¿¡$#@`")
 _QUOTES = frozenset({'"', "'", "''", "``"})
 
 
+@functools.lru_cache(maxsize=1 << 16)  # called once per touching pair; output pairs repeat a lot
 def glue(left: str, right: str) -> bool:
     """Whether two output tokens that touched in the input are written without a space:
     ``right`` is a clitic (``n't``, ``'s``, ...) or punctuation that does not open, or
