@@ -742,10 +742,13 @@ class TokenSanitizer:
         return pos[rows]
 
     def _geometry(self) -> tuple[np.ndarray, float]:
-        """Centre and radius of the whole embedding table (data-independent; cached)."""
+        """Centre and radius of the whole embedding table (data-independent; cached here and, for
+        a table read from files, on disk with the table: :meth:`textdp.embeddings.Embeddings.geometry`)."""
         geo = getattr(self, "_geometry_cache", None)
         if geo is None:
-            geo = self._geometry_cache = sampling.table_geometry(self.embeddings.vectors)
+            cached = getattr(self.embeddings, "geometry", None)
+            geo = self._geometry_cache = (cached(sampling.table_geometry) if callable(cached)
+                                          else sampling.table_geometry(self.embeddings.vectors))
         return geo
 
     def _kernel(self, out_rows: np.ndarray) -> DistanceKernel:
