@@ -40,18 +40,21 @@ Consequences (design.md, "Scale-out"; issue 12 item 9):
   for a research run, from ``SHA-256("textdp/release-key/v1", seed)``; it lives
   in memory only: :class:`ReleaseKey`'s ``repr`` hides it and nothing writes it.
 
-The kernels are numba functions (numba is a core dependency); their output is
-checked against the RFC 8439 test vector (Sec. 2.3.2) in the tests.
+The kernels are numba functions (numba is a core dependency, imported on first use,
+:mod:`textdp.noise._keyed_kernels`); a short job draws the same words through a numpy
+implementation instead (see "backends" below). Both are checked against the RFC 8439 test
+vector (Sec. 2.3.2) and against each other in the tests.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
 import secrets
+import sys
 
 import numpy as np
-from numba import njit
 
 from textdp.errors import ParameterError
 
@@ -115,160 +118,165 @@ class ReleaseKey:
         return f"ReleaseKey(<secret>, seeded={self.seeded})"
 
 
-# ---------------------------------------------------------------------------------------- kernels
-@njit(cache=True, nogil=True)
-def _block(key, counter, stream, out16):
-    """ChaCha20 block (RFC 8439 Sec. 2.3): 16 uint32 output words (held in uint64) into
-    ``out16``; the state in scalars so that LLVM keeps it in registers."""
-    M = np.uint64(0xFFFFFFFF)
-    S7, S8, S12, S16 = np.uint64(7), np.uint64(8), np.uint64(12), np.uint64(16)
-    S20, S24, S25 = np.uint64(20), np.uint64(24), np.uint64(25)
-    c0, c1, c2, c3 = np.uint64(0x61707865), np.uint64(0x3320646E), np.uint64(0x79622D32), np.uint64(0x6B206574)
-    k0, k1, k2, k3, k4, k5, k6, k7 = key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7]
-    c12, c13 = counter & M, counter >> np.uint64(32)
-    c14, c15 = stream & M, stream >> np.uint64(32)
-    x0, x1, x2, x3 = c0, c1, c2, c3
-    x4, x5, x6, x7, x8, x9, x10, x11 = k0, k1, k2, k3, k4, k5, k6, k7
-    x12, x13, x14, x15 = c12, c13, c14, c15
+# ---------------------------------------------------------------------------------------- backends
+# The numba kernels live in textdp.noise._keyed_kernels and are imported on first use. A short job
+# (a one-line sanitize) draws through the numpy implementation below instead: the same ChaCha20
+# words bit for bit (integer arithmetic only; the float Laplace vectors use Python's math, the same
+# C library functions numba calls), vectorised over tokens. numpy costs about 4 us per block against
+# numba's ~1 us, but numba's start-up (import and cached kernels, 0.5-1 s) is skipped; once
+# NUMPY_BLOCK_BUDGET blocks have been drawn with numpy in a process (about 0.2 s), or the kernels
+# are already loaded, the numba kernels take over. $TEXTDP_KEYED_BACKEND=numba|numpy forces one.
+
+#: environment variable forcing the backend of the keyed samplers: auto (default) | numba | numpy
+BACKEND_ENV = "TEXTDP_KEYED_BACKEND"
+#: ChaCha20 blocks the numpy backend computes in one process before the numba kernels take over
+NUMPY_BLOCK_BUDGET = 1 << 16
+_numpy_blocks_used = 0
+
+
+def _kernels():
+    """The numba kernels (imports numba on first call)."""
+    from textdp.noise import _keyed_kernels
+
+    return _keyed_kernels
+
+
+def _use_numpy(n_blocks: int) -> bool:
+    """Whether a call that needs about ``n_blocks`` ChaCha20 blocks uses the numpy backend."""
+    global _numpy_blocks_used
+    backend = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
+    if backend not in ("auto", "numba", "numpy"):
+        raise ParameterError(f"${BACKEND_ENV} must be auto, numba or numpy, got {backend!r}")
+    if backend == "numpy":
+        return True
+    if backend == "numba" or "textdp.noise._keyed_kernels" in sys.modules:
+        return False
+    if _numpy_blocks_used + n_blocks > NUMPY_BLOCK_BUDGET:
+        return False
+    _numpy_blocks_used += n_blocks
+    return True
+
+
+def __getattr__(name: str):
+    """The numba kernels under their former names (``keyed._block``, ...), loaded on first use."""
+    if name in ("_block", "_word", "_base", "_words_kernel", "_uniform_below_kernel", "_bernoulli_kernel",
+                "_bits_tie", "_bernoulli_bits_kernel", "_laplace_kernel"):
+        return getattr(_kernels(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_SIGMA = (0x61707865, 0x3320646E, 0x79622D32, 0x6B206574)
+_QUARTER_ROUNDS = ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15),
+                   (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13), (3, 4, 9, 14))
+
+
+def _np_blocks(key, counters, streams) -> np.ndarray:
+    """ChaCha20 blocks (RFC 8439 Sec. 2.3) for ``N`` (counter, stream) pairs, vectorised over
+    the pairs: uint64 ``(N, 8)``, word ``i`` = output words ``2i`` (low) and ``2i+1`` (high), as
+    the kernels' ``_word``. ``key``: eight uint32 words (uint64 array)."""
+    c = np.asarray(counters, dtype=np.uint64).reshape(-1)
+    s = np.asarray(streams, dtype=np.uint64).reshape(-1)
+    n = c.size
+    lo = np.uint64(0xFFFFFFFF)
+    sh32 = np.uint64(32)
+    init = np.empty((16, n), dtype=np.uint32)
+    init[:4] = np.asarray(_SIGMA, dtype=np.uint32)[:, None]
+    init[4:12] = np.asarray(key, dtype=np.uint64).astype(np.uint32)[:, None]
+    init[12] = c & lo
+    init[13] = c >> sh32
+    init[14] = s & lo
+    init[15] = s >> sh32
+    x = init.copy()
+    tmp = np.empty(n, dtype=np.uint32)
+    rot = [(np.uint32(r), np.uint32(32 - r)) for r in (16, 12, 8, 7)]
+
+    def rotate(v, k):
+        left, right = rot[k]
+        np.left_shift(v, left, out=tmp)
+        np.right_shift(v, right, out=v)
+        np.bitwise_or(v, tmp, out=v)
+
     for _ in range(10):
-        x0 = (x0 + x4) & M; x12 ^= x0; x12 = (((x12) << S16) | (x12 >> S16)) & M
-        x8 = (x8 + x12) & M; x4 ^= x8; x4 = (((x4) << S12) | (x4 >> S20)) & M
-        x0 = (x0 + x4) & M; x12 ^= x0; x12 = (((x12) << S8) | (x12 >> S24)) & M
-        x8 = (x8 + x12) & M; x4 ^= x8; x4 = (((x4) << S7) | (x4 >> S25)) & M
-        x1 = (x1 + x5) & M; x13 ^= x1; x13 = (((x13) << S16) | (x13 >> S16)) & M
-        x9 = (x9 + x13) & M; x5 ^= x9; x5 = (((x5) << S12) | (x5 >> S20)) & M
-        x1 = (x1 + x5) & M; x13 ^= x1; x13 = (((x13) << S8) | (x13 >> S24)) & M
-        x9 = (x9 + x13) & M; x5 ^= x9; x5 = (((x5) << S7) | (x5 >> S25)) & M
-        x2 = (x2 + x6) & M; x14 ^= x2; x14 = (((x14) << S16) | (x14 >> S16)) & M
-        x10 = (x10 + x14) & M; x6 ^= x10; x6 = (((x6) << S12) | (x6 >> S20)) & M
-        x2 = (x2 + x6) & M; x14 ^= x2; x14 = (((x14) << S8) | (x14 >> S24)) & M
-        x10 = (x10 + x14) & M; x6 ^= x10; x6 = (((x6) << S7) | (x6 >> S25)) & M
-        x3 = (x3 + x7) & M; x15 ^= x3; x15 = (((x15) << S16) | (x15 >> S16)) & M
-        x11 = (x11 + x15) & M; x7 ^= x11; x7 = (((x7) << S12) | (x7 >> S20)) & M
-        x3 = (x3 + x7) & M; x15 ^= x3; x15 = (((x15) << S8) | (x15 >> S24)) & M
-        x11 = (x11 + x15) & M; x7 ^= x11; x7 = (((x7) << S7) | (x7 >> S25)) & M
-        x0 = (x0 + x5) & M; x15 ^= x0; x15 = (((x15) << S16) | (x15 >> S16)) & M
-        x10 = (x10 + x15) & M; x5 ^= x10; x5 = (((x5) << S12) | (x5 >> S20)) & M
-        x0 = (x0 + x5) & M; x15 ^= x0; x15 = (((x15) << S8) | (x15 >> S24)) & M
-        x10 = (x10 + x15) & M; x5 ^= x10; x5 = (((x5) << S7) | (x5 >> S25)) & M
-        x1 = (x1 + x6) & M; x12 ^= x1; x12 = (((x12) << S16) | (x12 >> S16)) & M
-        x11 = (x11 + x12) & M; x6 ^= x11; x6 = (((x6) << S12) | (x6 >> S20)) & M
-        x1 = (x1 + x6) & M; x12 ^= x1; x12 = (((x12) << S8) | (x12 >> S24)) & M
-        x11 = (x11 + x12) & M; x6 ^= x11; x6 = (((x6) << S7) | (x6 >> S25)) & M
-        x2 = (x2 + x7) & M; x13 ^= x2; x13 = (((x13) << S16) | (x13 >> S16)) & M
-        x8 = (x8 + x13) & M; x7 ^= x8; x7 = (((x7) << S12) | (x7 >> S20)) & M
-        x2 = (x2 + x7) & M; x13 ^= x2; x13 = (((x13) << S8) | (x13 >> S24)) & M
-        x8 = (x8 + x13) & M; x7 ^= x8; x7 = (((x7) << S7) | (x7 >> S25)) & M
-        x3 = (x3 + x4) & M; x14 ^= x3; x14 = (((x14) << S16) | (x14 >> S16)) & M
-        x9 = (x9 + x14) & M; x4 ^= x9; x4 = (((x4) << S12) | (x4 >> S20)) & M
-        x3 = (x3 + x4) & M; x14 ^= x3; x14 = (((x14) << S8) | (x14 >> S24)) & M
-        x9 = (x9 + x14) & M; x4 ^= x9; x4 = (((x4) << S7) | (x4 >> S25)) & M
-    out16[0] = (x0 + c0) & M
-    out16[1] = (x1 + c1) & M
-    out16[2] = (x2 + c2) & M
-    out16[3] = (x3 + c3) & M
-    out16[4] = (x4 + k0) & M
-    out16[5] = (x5 + k1) & M
-    out16[6] = (x6 + k2) & M
-    out16[7] = (x7 + k3) & M
-    out16[8] = (x8 + k4) & M
-    out16[9] = (x9 + k5) & M
-    out16[10] = (x10 + k6) & M
-    out16[11] = (x11 + k7) & M
-    out16[12] = (x12 + c12) & M
-    out16[13] = (x13 + c13) & M
-    out16[14] = (x14 + c14) & M
-    out16[15] = (x15 + c15) & M
+        for a, b, cc, d in _QUARTER_ROUNDS:
+            xa, xb, xc, xd = x[a], x[b], x[cc], x[d]
+            np.add(xa, xb, out=xa); np.bitwise_xor(xd, xa, out=xd); rotate(xd, 0)
+            np.add(xc, xd, out=xc); np.bitwise_xor(xb, xc, out=xb); rotate(xb, 1)
+            np.add(xa, xb, out=xa); np.bitwise_xor(xd, xa, out=xd); rotate(xd, 2)
+            np.add(xc, xd, out=xc); np.bitwise_xor(xb, xc, out=xb); rotate(xb, 3)
+    x += init  # uint32: wraps mod 2^32, as the RFC's addition
+    w = x.T.astype(np.uint64)  # (N, 16)
+    return w[:, 0::2] | (w[:, 1::2] << sh32)
 
 
-@njit(inline="always")
-def _word(out16, i):
-    return out16[2 * i] | (out16[2 * i + 1] << np.uint64(32))
+def _np_base(positions, purpose: int) -> np.ndarray:
+    return (np.asarray(positions, dtype=np.uint64) << np.uint64(16)) | (np.uint64(purpose) << np.uint64(12))
 
 
-@njit(inline="always")
-def _base(position, purpose):
-    return (np.uint64(position) << np.uint64(16)) | (np.uint64(purpose) << np.uint64(12))
+def _np_words(key, s, p, purpose, n_words, out) -> None:
+    base = _np_base(p, purpose)
+    n_blocks = -(-n_words // 8)
+    for j in range(n_blocks):
+        w = _np_blocks(key, base | np.uint64(j), s)
+        m = min(8, n_words - 8 * j)
+        out[:, 8 * j:8 * j + m] = w[:, :m]
 
 
-@njit(cache=True, nogil=True)
-def _words_kernel(key, streams, positions, purpose, n_words, out):
-    blk = np.empty(16, np.uint64)
-    for t in range(streams.size):
-        base = _base(positions[t], purpose)
-        for j in range(n_words):
-            if j % 8 == 0:
-                _block(key, base | np.uint64(j // 8), np.uint64(streams[t]), blk)
-            out[t, j] = _word(blk, j % 8)
+def _np_bit_length(v: np.ndarray) -> np.ndarray:
+    """Exact bit length of each uint64 (0 for 0)."""
+    v = v.copy()
+    bits = np.zeros(v.shape, dtype=np.int64)
+    for sh in (32, 16, 8, 4, 2, 1):
+        big = v >= (np.uint64(1) << np.uint64(sh))
+        bits += sh * big
+        v = np.where(big, v >> np.uint64(sh), v)
+    return bits + (v > 0)
 
 
-@njit(cache=True, nogil=True)
-def _uniform_below_kernel(key, streams, positions, purpose, bounds, out):
-    """Exact uniform integers in ``[0, bounds[t])`` by rejection on the top bits of each word.
-
-    ``b = 63`` bits for bounds above ``2**61`` (totals of the 2^62-scaled integer weights lie on
-    either side of 2^62, and two backends must accept the same words), else the bit length of
-    ``bound - 1`` plus one (acceptance probability above 1/4 in both cases). Returns 0, or 1 if
-    some draw exhausted its 4096 blocks (probability below 2^-9000)."""
-    blk = np.empty(16, np.uint64)
-    for t in range(streams.size):
-        bound = bounds[t]
-        if bound > np.uint64(1) << np.uint64(61):
-            bits = 63
-        else:
-            bits = 1
-            v = bound - np.uint64(1)
-            while v > np.uint64(0):
-                bits += 1
-                v >>= np.uint64(1)
-        shift = np.uint64(64 - bits)
-        base = _base(positions[t], purpose)
-        done = False
-        for j in range(_BLOCKS_PER_PURPOSE):
-            _block(key, base | np.uint64(j), np.uint64(streams[t]), blk)
-            for i in range(8):
-                x = _word(blk, i) >> shift
-                if x < bound:
-                    out[t] = x
-                    done = True
-                    break
-            if done:
-                break
-        if not done:
-            return 1
-    return 0
+def _np_uniform_below(key, s, p, purpose, b, out) -> int:
+    """The numpy twin of the kernel ``_uniform_below_kernel`` (same words, same acceptance)."""
+    bits = np.where(b > (np.uint64(1) << np.uint64(61)), 63, 1 + _np_bit_length(b - np.uint64(1)))
+    shift = (64 - bits).astype(np.uint64)
+    base = _np_base(p, purpose)
+    todo = np.arange(s.size)
+    for j in range(_BLOCKS_PER_PURPOSE):
+        if todo.size == 0:
+            return 0
+        x = _np_blocks(key, base[todo] | np.uint64(j), s[todo]) >> shift[todo, None]
+        ok = x < b[todo, None]
+        hit = ok.any(axis=1)
+        first = ok.argmax(axis=1)
+        done = todo[hit]
+        out[done] = x[hit, first[hit]]
+        todo = todo[~hit]
+    return int(todo.size > 0)
 
 
-@njit(cache=True, nogil=True)
-def _bernoulli_kernel(key, streams, positions, purpose, pwords, out):
-    """Exact Bernoulli(p): uniform 62-bit words against p's binary expansion ``pwords``, decided
-    at the first word that differs (equal after the last word: U = p exactly, so U < p is false)."""
-    blk = np.empty(16, np.uint64)
-    for t in range(streams.size):
-        base = _base(positions[t], purpose)
-        res = False
-        for k in range(pwords.size):
-            if k % 8 == 0:
-                _block(key, base | np.uint64(k // 8), np.uint64(streams[t]), blk)
-            u = _word(blk, k % 8) >> np.uint64(2)
-            if u < pwords[k]:
-                res = True
-                break
-            if u > pwords[k]:
-                break
-        out[t] = res
+def _np_bernoulli(key, s, p, purpose, pwords, out) -> None:
+    """The numpy twin of ``_bernoulli_kernel``."""
+    base = _np_base(p, purpose)
+    out[:] = False
+    todo = np.arange(s.size)
+    w = None
+    for k in range(pwords.size):
+        if todo.size == 0:
+            return
+        if k % 8 == 0:
+            w = _np_blocks(key, base[todo] | np.uint64(k // 8), s[todo])
+        u = w[:, k % 8] >> np.uint64(2)
+        less, more = u < pwords[k], u > pwords[k]
+        out[todo[less]] = True
+        keep = ~(less | more)
+        todo, w = todo[keep], w[keep]
 
 
-@njit(cache=True, nogil=True)
-def _bits_tie(key, stream, j, tie_purpose, pwords, blk):
-    """Bit ``j`` whose main word tied with ``pwords[0]``: the words of ``(stream, position j,
-    tie_purpose)`` against ``pwords[1:]`` (equal to the end: U = p exactly, U < p false)."""
-    base = _base(j, tie_purpose)
+def _np_bits_tie(key, stream, j, tie_purpose, pwords) -> bool:
+    base = _np_base(np.array([j]), tie_purpose)
+    w = None
     for k in range(1, pwords.size):
         i = k - 1
         if i % 8 == 0:
-            _block(key, base | np.uint64(i // 8), stream, blk)
-        u = _word(blk, i % 8) >> np.uint64(2)
+            w = _np_blocks(key, base | np.uint64(i // 8), np.array([stream], dtype=np.uint64))[0]
+        u = w[i % 8] >> np.uint64(2)
         if u < pwords[k]:
             return True
         if u > pwords[k]:
@@ -276,73 +284,51 @@ def _bits_tie(key, stream, j, tie_purpose, pwords, blk):
     return False
 
 
-@njit(cache=True, nogil=True)
-def _bernoulli_bits_kernel(key, streams, purpose, tie_purpose, pwords, out):
-    """``out[t, j]`` = exact Bernoulli(p) bit ``j`` of record ``streams[t]``: the top 62 bits of
-    word ``j % 8`` of block ``(position j >> 15, purpose, block (j >> 3) & 4095)`` against
-    ``pwords[0]``, a tie resolved by :func:`_bits_tie`."""
-    blk = np.empty(16, np.uint64)
-    tie = np.empty(16, np.uint64)
-    n_bits = out.shape[1]
-    p0 = pwords[0]
-    S2 = np.uint64(2)
-    pur = np.uint64(purpose) << np.uint64(12)
-    for t in range(streams.size):
-        s = np.uint64(streams[t])
-        for j0 in range(0, n_bits, 8):
-            counter = (np.uint64(j0 >> 15) << np.uint64(16)) | pur | np.uint64((j0 >> 3) & 4095)
-            _block(key, counter, s, blk)
-            m = min(8, n_bits - j0)
-            for i in range(m):
-                u = _word(blk, i) >> S2
-                if u < p0:
-                    out[t, j0 + i] = True
-                elif u > p0:
-                    out[t, j0 + i] = False
-                else:
-                    out[t, j0 + i] = _bits_tie(key, s, j0 + i, tie_purpose, pwords, tie)
+def _np_bernoulli_bits(key, s, purpose, tie_purpose, pwords, out) -> None:
+    """The numpy twin of ``_bernoulli_bits_kernel``."""
+    n, n_bits = out.shape
+    j0 = np.arange(0, n_bits, 8, dtype=np.uint64)
+    counters = (((j0 >> np.uint64(15)) << np.uint64(16)) | (np.uint64(purpose) << np.uint64(12))
+                | ((j0 >> np.uint64(3)) & np.uint64(4095)))
+    w = _np_blocks(key, np.tile(counters, n), np.repeat(s.astype(np.uint64), j0.size))
+    u = (w >> np.uint64(2)).reshape(n, 8 * j0.size)[:, :n_bits]
+    out[...] = u < pwords[0]
+    for t, j in zip(*np.nonzero(u == pwords[0])):  # ties: probability 2^-62 per bit
+        out[t, j] = _np_bits_tie(key, np.uint64(s[t]), int(j), tie_purpose, pwords)
 
 
-@njit(cache=True, nogil=True)
-def _laplace_kernel(key, streams, positions, purpose, scale, out):
-    """Noise vectors of density ∝ exp(-||z|| / scale) in R^m (m = out.shape[1]): a uniform
-    direction (normalised Box-Muller Gaussians) times a Gamma(m, scale) radius (a sum of m
-    exponentials -ln U). Uniforms are U = (k + 1/2) 2^-52 with k the top 52 bits of a word."""
-    blk = np.empty(16, np.uint64)
+def _np_laplace(key, s, p, purpose, scale, out) -> None:
+    """The numpy twin of ``_laplace_kernel``: the same words, and the same float operations in
+    the same order through Python's ``math`` (the C library's log, sqrt, cos, sin)."""
     m = out.shape[1]
     n_words = m + 2 * ((m + 1) // 2)
+    words = np.empty((s.size, n_words), dtype=np.uint64)
+    _np_words(key, s, p, purpose, n_words, words)
+    us = ((words >> np.uint64(12)).astype(np.float64) + 0.5) * 2.0**-52
     two_pi = 2.0 * math.pi
-    for t in range(streams.size):
-        base = _base(positions[t], purpose)
+    log, sqrt, cos, sin = math.log, math.sqrt, math.cos, math.sin
+    for t in range(s.size):
+        u = us[t].tolist()
         radius = 0.0
+        for j in range(m):
+            radius -= log(u[j])
+        row = [0.0] * m
         norm2 = 0.0
-        j = 0
         k = 0
-        g0 = 0.0
-        while j < n_words:
-            if j % 8 == 0:
-                _block(key, base | np.uint64(j // 8), np.uint64(streams[t]), blk)
-            u = (np.float64(_word(blk, j % 8) >> np.uint64(12)) + 0.5) * 2.0**-52
-            if j < m:
-                radius -= math.log(u)
-            elif (j - m) % 2 == 0:
-                g0 = u
-            else:
-                r = math.sqrt(-2.0 * math.log(g0))
-                a = r * math.cos(two_pi * u)
-                out[t, k] = a
-                norm2 += a * a
+        for j in range(m, n_words, 2):
+            r = sqrt(-2.0 * log(u[j]))
+            a = r * cos(two_pi * u[j + 1])
+            row[k] = a
+            norm2 += a * a
+            k += 1
+            if k < m:
+                b = r * sin(two_pi * u[j + 1])
+                row[k] = b
+                norm2 += b * b
                 k += 1
-                if k < m:
-                    b = r * math.sin(two_pi * u)
-                    out[t, k] = b
-                    norm2 += b * b
-                    k += 1
-            j += 1
-        inv = 1.0 / math.sqrt(norm2) if norm2 > 0 else 0.0
+        inv = 1.0 / sqrt(norm2) if norm2 > 0 else 0.0
         for i in range(m):
-            out[t, i] = out[t, i] * inv * radius * scale
-
+            out[t, i] = row[i] * inv * radius * scale
 
 # ---------------------------------------------------------------------------------------- API
 def _addr(key, streams, positions):
@@ -366,8 +352,9 @@ def _purpose(purpose: int) -> int:
 def chacha20_block(key: ReleaseKey, counter: int, stream: int) -> np.ndarray:
     """The 16 output words (uint32) of one ChaCha20 block at ``counter`` (state words 12-13)
     and ``stream`` (words 14-15); for tests against RFC 8439."""
+    w = _np_blocks(key.words, np.array([counter], dtype=np.uint64), np.array([stream], dtype=np.uint64))[0]
     out = np.empty(16, np.uint64)
-    _block(key.words, np.uint64(counter), np.uint64(stream), out)
+    out[0::2], out[1::2] = w & _MASK32, w >> np.uint64(32)
     return out.astype(np.uint32)
 
 
@@ -378,7 +365,10 @@ def keyed_words(key: ReleaseKey, streams, positions, purpose: int, n_words: int)
     if not 0 < n_words <= 8 * _BLOCKS_PER_PURPOSE:
         raise ParameterError("n_words out of range")
     out = np.empty((s.size, n_words), dtype=np.uint64)
-    _words_kernel(k, s, p, _purpose(purpose), n_words, out)
+    if _use_numpy(s.size * -(-n_words // 8)):
+        _np_words(k, s, p, _purpose(purpose), n_words, out)
+    else:
+        _kernels()._words_kernel(k, s, p, _purpose(purpose), n_words, out)
     return out
 
 
@@ -390,7 +380,8 @@ def keyed_uniform_below(key: ReleaseKey, streams, positions, purpose: int, bound
     if b.size and (b.min() < 1 or b.max() >= np.uint64(2**63)):
         raise ParameterError("uniform bounds must be in [1, 2**63)")
     out = np.empty(s.size, dtype=np.uint64)
-    if _uniform_below_kernel(k, s, p, _purpose(purpose), b, out):  # pragma: no cover - probability < 2^-9000
+    draw = _np_uniform_below if _use_numpy(s.size) else _kernels()._uniform_below_kernel
+    if draw(k, s, p, _purpose(purpose), b, out):  # pragma: no cover - probability < 2^-9000
         raise RuntimeError("keyed uniform draw exhausted its stream")
     return out
 
@@ -409,7 +400,8 @@ def keyed_bernoulli(key: ReleaseKey, streams, positions, purpose: int, p: float)
     if len(words) > 8 * _BLOCKS_PER_PURPOSE:  # pragma: no cover - a float has at most 1075 bits
         raise ParameterError("p has too long a binary expansion")
     out = np.empty(s.size, dtype=np.bool_)
-    _bernoulli_kernel(k, s, pos, _purpose(purpose), np.asarray(words, dtype=np.uint64), out)
+    draw = _np_bernoulli if _use_numpy(s.size) else _kernels()._bernoulli_kernel
+    draw(k, s, pos, _purpose(purpose), np.asarray(words, dtype=np.uint64), out)
     return out
 
 
@@ -471,7 +463,8 @@ def keyed_bernoulli_bits(key: ReleaseKey, streams, n_bits: int, purpose: int = B
         out[...] = const
         return out
     if s.size and n_bits:
-        _bernoulli_bits_kernel(k, s, purpose, tie_purpose, words, out)
+        draw = _np_bernoulli_bits if _use_numpy(s.size * -(-n_bits // 8)) else _kernels()._bernoulli_bits_kernel
+        draw(k, s, purpose, tie_purpose, words, out)
     return out
 
 
@@ -490,5 +483,9 @@ def keyed_laplace_vectors(key: ReleaseKey, streams, positions, purpose: int, dim
     if dim < 1:
         raise ParameterError("dim must be >= 1")
     out = np.empty((s.size, dim), dtype=np.float64)
-    _laplace_kernel(k, s, p, _purpose(purpose), float(scale), out)
+    # the numpy twin loops in Python over the floats: only for a few tokens (a short job)
+    if s.size * dim <= 4096 and _use_numpy(s.size * -(-(2 * dim + 1) // 8)):
+        _np_laplace(k, s, p, _purpose(purpose), float(scale), out)
+    else:
+        _kernels()._laplace_kernel(k, s, p, _purpose(purpose), float(scale), out)
     return out
