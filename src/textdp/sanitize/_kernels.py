@@ -172,3 +172,155 @@ if AVAILABLE:
                 j += 1
             out[k] = j
         return out
+
+
+# ---------------------------------------------------------------------------------------------- fused kernel
+#: a row whose weights exp(-s_j) all lie below e^-FAR (every output word at scaled distance > FAR)
+#: is recomputed with its own minimum as offset (the offset-0 weights would lose precision near the clamp)
+FAR = 512.0
+_TINY = float(np.exp(-FAR))
+
+if AVAILABLE:
+
+    @njit(inline="always", cache=True)
+    def _iweight(w, scale, base):
+        """The integer weight ``rint(w * scale + base)`` in strict IEEE arithmetic (no fast-math
+        flags: the search recomputes it and must get the same bits as the chunk sums)."""
+        y = w * scale + base
+        small = _f2i(y + _T52) - _B52
+        bits = _f2i(y)
+        big = ((bits & _M52) | (_M52 + 1)) << max((bits >> 52) - 1075, 0)
+        return small if y < _T52 else big
+
+    @njit(nogil=True, fastmath=_FM, cache=True)
+    def _tile_weights(gt, w, j0, width, self_cols, tot):
+        """Weights ``exp(-sqrt(max(g, 0)))`` of one GEMM tile (columns ``j0 .. j0+width`` of the
+        block) into ``w``, row sums accumulated in ``tot``; the row's own column gets g = 0."""
+        r = gt.shape[0]
+        for i in range(r):
+            c = self_cols[i] - j0
+            if c >= 0 and c < width:
+                gt[i, c] = 0.0
+            gi = gt[i]
+            wi = w[i]
+            acc = 0.0
+            for j in range(width):
+                x = _exp(-np.sqrt(max(gi[j], 0.0)))
+                wi[j0 + j] = x
+                acc += x
+            tot[i] += acc
+
+    @njit(nogil=True, fastmath=_FM, cache=True)
+    def _far_row(xa_row, tiles, v, self_col, w_row, gt_row):
+        """Slow path of a row whose weights all lie below e^-FAR: recompute its distances and
+        use ``exp(min_s - s_j)`` (the row's largest weight is then 1). Returns the row sum."""
+        nt, _, t = tiles.shape
+        m = np.inf
+        for k in range(nt):
+            width = min(t, v - k * t)
+            np.dot(xa_row, tiles[k], gt_row)
+            for j in range(width):
+                s = np.sqrt(max(gt_row[0, j], 0.0))
+                if k * t + j == self_col:
+                    s = 0.0
+                w_row[k * t + j] = s
+                if s < m:
+                    m = s
+        acc = 0.0
+        for j in range(v):
+            x = _exp(m - w_row[j])
+            w_row[j] = x
+            acc += x
+        return acc
+
+    @njit(nogil=True, cache=True)
+    def _chunk_sums(w, v, tot, eta, scale, csum):
+        """Exact cumulative chunk sums of the integer weights ``rint(w_j (1-eta) 2^62 / tot +
+        eta 2^62 / V)`` of each row (the weights are not stored: the search recomputes them)."""
+        b = csum.shape[0]
+        nch = csum.shape[1]
+        base = eta * 4611686018427387904.0 / v
+        nfull = v // CHUNK
+        for i in range(b):
+            row = w[i]
+            sc = (1.0 - eta) * 4611686018427387904.0 / tot[i]
+            scale[i] = sc
+            acc = np.int64(0)
+            for k in range(nfull):
+                s = np.int64(0)
+                b0 = k * CHUNK
+                for j in range(CHUNK):
+                    s += _iweight(row[b0 + j], sc, base)
+                acc += s
+                csum[i, k] = acc
+            if nfull < nch:
+                s = np.int64(0)
+                for j in range(nfull * CHUNK, v):
+                    s += _iweight(row[j], sc, base)
+                acc += s
+                csum[i, nfull] = acc
+        return base
+
+    @njit(nogil=True, cache=True)
+    def fused_block(xa, tiles, v, self_cols, eta, gt, w, tot, scale, csum):
+        """One block of the fused sampler: for every tile of ``TILE`` output columns, the distance
+        GEMM ``xa . tiles[t]`` (BLAS) into the cache-resident ``gt`` and the weights of that tile at once;
+        then the exact integer chunk sums. Shapes: ``xa`` float64 ``(n, m+2)`` (augmented centred
+        inputs), ``tiles`` float64 ``(nt, m+2, TILE)`` (augmented scaled outputs, zero-padded),
+        ``self_cols`` int64 ``(n,)`` (the row's own column or -1), buffers ``gt`` ``(>=n, TILE)``
+        (C-contiguous, exactly TILE columns),
+        ``w`` ``(>=n, >=V)``, ``tot``/``scale`` ``(>=n,)``, ``csum`` int64 ``(n, ceil(V/CHUNK))``.
+        Returns ``base`` (the uniform share's integer weight ``eta 2^62 / V``)."""
+        n = xa.shape[0]
+        nt, _, t = tiles.shape
+        g = gt[:n]
+        for i in range(n):
+            tot[i] = 0.0
+        for k in range(nt):
+            width = min(t, v - k * t)
+            np.dot(xa, tiles[k], g)
+            _tile_weights(g, w, k * t, width, self_cols, tot)
+        for i in range(n):
+            if tot[i] < _TINY:
+                tot[i] = _far_row(xa[i:i + 1], tiles, v, self_cols[i], w[i], gt[:1])
+        return _chunk_sums(w, v, tot, eta, scale, csum)
+
+    @njit(nogil=True, cache=True)
+    def fused_search(w, v, csum, scale, base, rows, u, out):
+        """``out[k]`` = smallest ``j`` whose cumulative integer weight in row ``rows[k]`` exceeds
+        ``u[k]``: binary search on the chunk sums, then the chunk's weights recomputed
+        (:func:`_iweight`, bit-identical to the chunk sums)."""
+        nch = csum.shape[1]
+        for k in range(rows.shape[0]):
+            r = rows[k]
+            target = np.int64(u[k])
+            cs = csum[r]
+            lo = 0
+            hi = nch - 1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if cs[mid] > target:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            acc = cs[lo - 1] if lo > 0 else np.int64(0)
+            row = w[r]
+            sc = scale[r]
+            j = lo * CHUNK
+            end = min(v, j + CHUNK) - 1
+            while j < end:
+                acc += _iweight(row[j], sc, base)
+                if acc > target:
+                    break
+                j += 1
+            out[k] = j
+        return out
+
+    @njit(nogil=True, cache=True)
+    def fused_integer_weights(w, v, scale, base, out):
+        """All integer weights of the fused kernel's rows (for tests and cards): int64 ``out``
+        ``(n, V)``, bit-identical to what :func:`_chunk_sums` sums and :func:`fused_search` scans."""
+        for i in range(out.shape[0]):
+            for j in range(v):
+                out[i, j] = _iweight(w[i, j], scale[i], base)
+        return out

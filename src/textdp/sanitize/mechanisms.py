@@ -97,6 +97,9 @@ from textdp.sanitize import sampling
 from textdp.sanitize.corpus import TokenizedTexts, count_rows, tokenize_texts
 from textdp.sanitize.sampling import DEFAULT_BLOCK_BYTES, MIN_BLOCK_ROWS, DistanceKernel, squared_norms
 
+#: rows per block of the fused kernel (at most)
+FUSED_MAX_ROWS = 64
+
 __all__ = ["TokenSanitizer", "SanText", "SanTextPlus", "FBDD", "SanitizeStats", "OOV_POLICIES", "OUTPUT_VOCABULARIES"]
 
 #: what happens to a token without an embedding (never a silent leak: "keep" must be asked for)
@@ -686,15 +689,21 @@ class TokenSanitizer:
     def _block_rows(self, width: int) -> int:
         return max(1, self.block_bytes // (4 * max(1, width)))
 
-    def _exp_block_rows(self, width: int, n: int) -> int:
-        """Rows per float64 block: ``block_bytes / (8 width)``, at least 16 (and at most ``n``)."""
-        return max(1, min(n, max(MIN_BLOCK_ROWS, self.block_bytes // (8 * max(1, width)))))
+    def _exp_block_rows(self, width: int, n: int, fused: bool = False) -> int:
+        """Rows per float64 block: ``block_bytes / (8 width)``, at least 16 (and at most ``n``);
+        the fused kernel takes at most 64 (its GEMM is then at the BLAS rate and its weights
+        stay in the last-level cache)."""
+        b = max(MIN_BLOCK_ROWS, self.block_bytes // (8 * max(1, width)))
+        if fused:
+            b = min(b, FUSED_MAX_ROWS)
+        return max(1, min(n, b))
 
     def _exp_sample(self, rows: np.ndarray, out_rows: np.ndarray, key: ReleaseKey, streams: np.ndarray,
                     positions: np.ndarray, progress) -> np.ndarray:
         """Float-safe exponential-mechanism draws for every entry of ``rows`` over
         ``out_rows``: distinct words in blocks, all occurrences of a word at once
-        (:func:`textdp.sanitize.sampling.sample_block`); occurrence ``i``'s uniform comes from
+        (:func:`textdp.sanitize.sampling.fused_sample` with numba, else
+        :func:`textdp.sanitize.sampling.sample_block`); occurrence ``i``'s uniform comes from
         its own keyed stream ``(streams[i], positions[i])``, so the result does not depend on
         the block size or the number of workers."""
         uniq, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
@@ -703,37 +712,50 @@ class TokenSanitizer:
         kernel = self._kernel(out_rows)
         self_cols = self._self_cols(uniq, out_rows)
         result = np.empty(len(rows), dtype=np.int64)
-        b = self._exp_block_rows(len(out_rows), len(uniq))
-        blocks = [(s, min(len(uniq), s + b)) for s in range(0, len(uniq), b)]
         numba = sampling.use_numba(len(uniq) * len(out_rows))
+        b = self._exp_block_rows(len(out_rows), len(uniq), fused=numba)
+        blocks = [(s, min(len(uniq), s + b)) for s in range(0, len(uniq), b)]
         workers = self.workers
         local = threading.local()
         vectors = self.embeddings.vectors
 
         def run(i):
             s, e = blocks[i]
-            buf = getattr(local, "buf", None)
-            if buf is None:
-                buf = local.buf = np.empty((b, len(out_rows)), dtype=np.float64)
-            g = kernel.scaled_sq(vectors[uniq[s:e]], out=buf)
             occ = order[bounds[s]:bounds[e]]
             st, pos = streams[occ], positions[occ]
-            draws = sampling.sample_block(
-                g, self_cols[s:e], counts[s:e], None, self.eta, numba=numba,
-                uniforms=lambda totals: keyed.keyed_uniform_below(key, st, pos, keyed.MAIN, totals))
+
+            def uniforms(totals):
+                return keyed.keyed_uniform_below(key, st, pos, keyed.MAIN, totals)
+
+            if numba:
+                ws = getattr(local, "ws", None)
+                if ws is None:
+                    ws = local.ws = sampling.FusedWorkspace(kernel, b)
+                draws = sampling.fused_sample(kernel, vectors[uniq[s:e]], self_cols[s:e], counts[s:e], uniforms,
+                                              self.eta, ws)
+            else:
+                buf = getattr(local, "buf", None)
+                if buf is None:
+                    buf = local.buf = np.empty((b, len(out_rows)), dtype=np.float64)
+                g = kernel.scaled_sq(vectors[uniq[s:e]], out=buf)
+                draws = sampling.sample_block(g, self_cols[s:e], counts[s:e], None, self.eta, numba=False,
+                                              uniforms=uniforms)
             result[occ] = out_rows[draws]
             return int(bounds[e] - bounds[s])
 
-        if workers > 1 and len(blocks) > 1:
-            with _single_threaded_blas(), ThreadPoolExecutor(max_workers=workers) as pool:
-                for k in pool.map(run, range(len(blocks))):
+        if numba:
+            sampling.load_blas()
+        with _single_threaded_blas():
+            if workers > 1 and len(blocks) > 1:
+                with ThreadPoolExecutor(max_workers=workers) as pool:
+                    for k in pool.map(run, range(len(blocks))):
+                        if progress is not None:
+                            progress(k)
+            else:
+                for i in range(len(blocks)):
+                    k = run(i)
                     if progress is not None:
                         progress(k)
-        else:
-            for i in range(len(blocks)):
-                k = run(i)
-                if progress is not None:
-                    progress(k)
         return result
 
     def _self_cols(self, rows: np.ndarray, out_rows: np.ndarray) -> np.ndarray:
@@ -771,14 +793,18 @@ class TokenSanitizer:
 
     def _exp_realised(self, rows: np.ndarray, out_rows: np.ndarray) -> np.ndarray:
         """The law the secure sampler draws from: float64 ``(k, len(out_rows))`` (blocks
-        of at most 64 rows through the same kernel as :meth:`_exp_sample`)."""
+        of at most 64 rows through the same kernel and backend as :meth:`_exp_sample`)."""
         kernel = self._kernel(out_rows)
         self_cols = self._self_cols(rows, out_rows)
         out = np.empty((len(rows), len(out_rows)))
         numba = sampling.use_numba(len(rows) * len(out_rows))
         for s in range(0, len(rows), 64):
-            g = kernel.scaled_sq(self.embeddings.vectors[rows[s:s + 64]])
-            out[s:s + 64] = sampling.block_probabilities(g, self_cols[s:s + 64], self.eta, numba=numba)
+            x = self.embeddings.vectors[rows[s:s + 64]]
+            if numba:
+                out[s:s + 64] = sampling.fused_probabilities(kernel, x, self_cols[s:s + 64], self.eta)
+            else:
+                out[s:s + 64] = sampling.block_probabilities(kernel.scaled_sq(x), self_cols[s:s + 64], self.eta,
+                                                             numba=False)
         return out
 
     def _exp_probabilities(self, rows: np.ndarray, out_rows: np.ndarray) -> np.ndarray:

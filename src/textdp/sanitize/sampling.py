@@ -50,7 +50,7 @@ from textdp.errors import ParameterError
 from textdp.noise import DEFAULT_ETA, ExactCategorical, categorical_discretisation_epsilon
 
 __all__ = [
-    "DistanceKernel", "sample_block", "block_probabilities", "sampling_epsilon0", "table_geometry", "uniform_below",
+    "DistanceKernel", "FusedWorkspace", "fused_sample", "fused_probabilities", "TILE", "sample_block", "block_probabilities", "sampling_epsilon0", "table_geometry", "uniform_below",
     "squared_norms", "numba_available", "warm_up", "DEFAULT_BLOCK_BYTES", "DEFAULT_ETA", "BACKEND_ENV",
 ]
 
@@ -89,6 +89,14 @@ def _k():
     if not numba_available():
         raise ParameterError(f"the numba sampler needs numba (pip install numba); or set {BACKEND_ENV}=numpy")
     return _kernels
+
+
+def load_blas() -> None:
+    """Load the BLAS that the numba kernels call (scipy's, through ``scipy.linalg.cython_blas``)
+    now, so that a ``threadpoolctl`` limit set before a sampling run also covers it (a limit
+    only reaches libraries loaded when it is set)."""
+    if numba_available():
+        import scipy.linalg.cython_blas  # noqa: F401
 
 
 def warm_up() -> bool:
@@ -180,6 +188,11 @@ def sampling_epsilon0(epsilon: float, dim: int, radius: float, n_outcomes: int, 
     return categorical_discretisation_epsilon(int(n_outcomes), eta) + 4 * delta + 4 * rho
 
 
+#: output columns per GEMM tile of the fused sampler (:func:`fused_sample`): a ``(rows, TILE)``
+#: float64 tile of distances (512 KiB for 64 rows) is turned into weights while it is in L2
+TILE = 1024
+
+
 class DistanceKernel:
     """Scaled squared distances ``(eps/2)^2 d^2`` of input blocks to a fixed output set.
 
@@ -187,38 +200,136 @@ class DistanceKernel:
     epsilon: the privacy parameter (SanText uses ``eps/2``, Yue et al. 2021
     Sec. 4.2); center: float64 ``(m,)`` subtracted from every vector (distances
     are translation invariant; the table mean keeps norms, hence GEMM errors,
-    small -- see :func:`sampling_epsilon0`). Memory: ``8 (m + 2) V`` bytes.
+    small -- see :func:`sampling_epsilon0`). The augmented scaled outputs
+    ``(eps/2)^2 [-2y, 1, |y|^2]`` are stored in column tiles, ``tiles``: float64
+    ``(ceil(V / T), m + 2, T)`` with ``T = min(TILE, V)``, zero-padded (memory
+    ``8 (m + 2) V`` bytes, rounded up to a tile).
     """
 
     def __init__(self, y: np.ndarray, epsilon: float, center: np.ndarray, chunk_rows: int = 65536):
         v, m = y.shape
         c2 = (0.5 * float(epsilon)) ** 2
         self.center = np.asarray(center, dtype=np.float64)
-        yat = np.empty((m + 2, v), dtype=np.float64)
+        t = max(1, min(TILE, v))
+        nt = max(1, -(-v // t))
+        tiles = np.zeros((nt, m + 2, t), dtype=np.float64)
         for s in range(0, v, chunk_rows):  # chunked: memory stays O(chunk) beyond the result
             yc = np.asarray(y[s : s + chunk_rows], dtype=np.float64) - self.center
-            yat[:m, s : s + len(yc)] = (-2.0 * c2 * yc).T
-            yat[m, s : s + len(yc)] = c2
-            yat[m + 1, s : s + len(yc)] = c2 * squared_norms(yc)
-        self._yaT = yat
+            cols = np.empty((m + 2, len(yc)), dtype=np.float64)
+            cols[:m] = (-2.0 * c2 * yc).T
+            cols[m] = c2
+            cols[m + 1] = c2 * squared_norms(yc)
+            j = s
+            while j < s + len(yc):  # scatter the chunk's columns into their tiles
+                k, a = divmod(j, t)
+                z = min(t - a, s + len(yc) - j)
+                tiles[k, :, a : a + z] = cols[:, j - s : j - s + z]
+                j += z
+        self.tiles = tiles
         self.v = v
         self.epsilon = float(epsilon)
+
+    def augment(self, x: np.ndarray) -> np.ndarray:
+        """``[x - c, |x - c|^2, 1]``: float64 ``(B, m + 2)`` (C-contiguous)."""
+        xc = np.asarray(x, dtype=np.float64) - self.center
+        xa = np.empty((xc.shape[0], xc.shape[1] + 2), dtype=np.float64)
+        xa[:, :-2] = xc
+        xa[:, -2] = squared_norms(xc)
+        xa[:, -1] = 1.0
+        return xa
 
     def scaled_sq(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``(B, V)`` float64 ``(eps/2)^2 d~(x_b, y_j)^2`` (may be slightly negative
         for coincident vectors: callers clamp at 0). ``out``: reusable float64
-        buffer with at least ``B`` rows (its first ``B`` rows are returned)."""
-        b = x.shape[0]
-        xc = np.asarray(x, dtype=np.float64) - self.center
-        xa = np.empty((b, xc.shape[1] + 2), dtype=np.float64)
-        xa[:, :-2] = xc
-        xa[:, -2] = squared_norms(xc)
-        xa[:, -1] = 1.0
+        buffer with at least ``B`` rows (its first ``B`` rows are returned).
+        The same GEMM, tile by tile, as :func:`fused_sample`."""
+        xa = self.augment(x)
+        b = xa.shape[0]
         if out is None or out.shape[0] < b or out.shape[1] != self.v or out.dtype != np.float64:
             out = np.empty((b, self.v), dtype=np.float64)
         g = out[:b]
-        np.matmul(xa, self._yaT, out=g)
+        nt, _, t = self.tiles.shape
+        tmp = np.empty((b, t), dtype=np.float64)
+        for k in range(nt):
+            a = k * t
+            z = min(t, self.v - a)
+            np.matmul(xa, self.tiles[k], out=tmp)
+            g[:, a : a + z] = tmp[:, :z]
         return g
+
+
+class FusedWorkspace:
+    """Per-thread buffers of :func:`fused_sample` for blocks of at most ``rows`` rows:
+    the GEMM tile ``(rows, T)``, the weights ``(rows, V)`` (float64: ``8 rows V`` bytes,
+    the block's memory), row sums, scales and chunk sums."""
+
+    def __init__(self, kernel: DistanceKernel, rows: int):
+        k = _k()
+        t = kernel.tiles.shape[2]
+        self.rows = int(rows)
+        self.gt = np.empty((rows, t), dtype=np.float64)
+        self.w = np.empty((rows, kernel.v), dtype=np.float64)
+        self.tot = np.empty(rows, dtype=np.float64)
+        self.scale = np.empty(rows, dtype=np.float64)
+        self.csum = np.empty((rows, -(-kernel.v // k.CHUNK)), dtype=np.int64)
+
+
+def _fused_law(kernel: DistanceKernel, x: np.ndarray, self_cols, eta: float, ws: FusedWorkspace | None):
+    k = _k()
+    n = x.shape[0]
+    if ws is None or ws.rows < n or ws.w.shape[1] != kernel.v:
+        ws = FusedWorkspace(kernel, max(n, 1))
+    sc = np.full(n, -1, dtype=np.int64) if self_cols is None else np.ascontiguousarray(self_cols, dtype=np.int64)
+    if sc.shape != (n,) or (sc >= kernel.v).any():
+        raise ParameterError("self_cols must give one column (or -1) per row")
+    base = k.fused_block(kernel.augment(x), kernel.tiles, kernel.v, sc, float(eta), ws.gt, ws.w, ws.tot,
+                         ws.scale, ws.csum[:n])
+    return ws, base
+
+
+def fused_sample(kernel: DistanceKernel, x: np.ndarray, self_cols, counts: np.ndarray, uniforms,
+                 eta: float = DEFAULT_ETA, ws: FusedWorkspace | None = None) -> np.ndarray:
+    """Exact draws from the float-safe exponential mechanism of each input row: the fused,
+    cache-resident numba kernel (:func:`textdp.sanitize._kernels.fused_block`).
+
+    For every tile of ``T`` output words the distance GEMM (BLAS, float64) fills a
+    ``(B, T)`` tile that stays in L2, and the weights ``w_j = exp(-s_j)`` (``s_j =
+    sqrt(max(g_j, 0))``, ``g`` = 0 at the row's own column) are computed from it at once;
+    the exact integer chunk sums follow (``c_j = rint(w_j (1-eta) 2^62 / sum(w) + eta 2^62 / V)``,
+    the construction of :func:`sample_block`); a draw is a binary search on the chunk sums and
+    the chosen chunk's integer weights recomputed bit for bit. The integer weights are never
+    stored, so memory traffic is one write and one read of ``w`` per weight.
+
+    The offset of the weights is 0 for every row (the row's own word has weight 1); a row whose
+    weights all lie below ``e^-512`` (no output word within scaled distance 512) is recomputed
+    with its minimum as offset. :func:`sample_block` offsets rows without their own word by
+    their minimum: the two laws agree to a relative ~1e-8 (the float rounding of ``w``) and a
+    seeded run draws the same words except with probability ~1e-9 per draw.
+
+    x: ``(B, m)`` input embeddings; self_cols: int ``(B,)`` or None; counts: int ``(B,)`` draws
+    per row; uniforms: ``f(totals) -> uint64`` exact uniform integers ``u_k`` in ``[0,
+    totals[k])`` (the keyed streams of :mod:`textdp.noise.keyed`); ws: reusable buffers.
+    Returns int64 ``(counts.sum(),)`` output columns, row by row. Raises ParameterError
+    (bad shapes; numba missing).
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    n = x.shape[0]
+    if counts.shape != (n,) or (counts < 0).any():
+        raise ParameterError(f"counts must be {n} non-negative integers")
+    ws, base = _fused_law(kernel, x, self_cols, eta, ws)
+    rows = np.repeat(np.arange(n, dtype=np.int64), counts)
+    u = uniforms(ws.csum[:n, -1][rows])
+    return _kernels.fused_search(ws.w, kernel.v, ws.csum, ws.scale, base, rows, u,
+                                 np.empty(rows.size, dtype=np.int64))
+
+
+def fused_probabilities(kernel: DistanceKernel, x: np.ndarray, self_cols=None, eta: float = DEFAULT_ETA
+                        ) -> np.ndarray:
+    """The law :func:`fused_sample` realises for each row: float64 ``(B, V)``, ``c_j / sum(c)``."""
+    ws, base = _fused_law(kernel, x, self_cols, eta, None)
+    n = x.shape[0]
+    c = _kernels.fused_integer_weights(ws.w, kernel.v, ws.scale, base, np.empty((n, kernel.v), dtype=np.int64))
+    return c.astype(np.float64) / ws.csum[:n, -1].astype(np.float64)[:, None]
 
 
 def _check_block(g: np.ndarray, self_cols) -> np.ndarray:
