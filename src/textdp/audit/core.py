@@ -3,8 +3,13 @@
 Setting: one record is a vector in ``[0,1]^n``; the neighbouring single-record datasets
 are ``D = 0^n`` and ``D' = 1^n``. The mechanism privatizes ``N`` records of each (rows of
 an ``(N, n)`` float64 array), in streamed chunks on all cores, each chunk with its own
-generator spawned from one seed sequence (:meth:`textdp.noise.RandomSource.spawn`), so the
+generator spawned from one seed sequence (:meth:`textdp.noise.SimulationSource.spawn`), so the
 result depends on the seed and the chunk size, never on the number of workers.
+
+Randomness: an audit's noise is a simulation, not a release (only counts of the fixed records
+``0^n`` and ``1^n`` come out), so it is drawn from the fast non-cryptographic ``PCG64DXSM``
+generator of :func:`textdp.noise.simulation_rng`, seeded from the OS's CSPRNG or from ``seed``;
+the audit's output says so (:func:`simulation_statement`).
 
 Attack 1 (the paper's): threshold each output coordinate at 0.5 (``< 0.5`` → 0, else 1),
 majority vote over the ``n`` bits; **tie rule**: a 50/50 tie (even ``n``) answers 0 (numpy's
@@ -53,7 +58,8 @@ from textdp.audit.oracle import zoo_oracle
 from textdp.audit.stats import EpsilonBound, SelectedEvent, check_alpha, empirical_epsilon_lower_bound, selected_event_bound
 from textdp.errors import ParameterError
 from textdp.mechanisms.zoo import ZOO, ZooMechanism, make_zoo_mechanism
-from textdp.noise import random_source
+from textdp.noise import random_source, simulation_source
+from textdp.noise.simulation import SIMULATION_GENERATOR
 
 __all__ = [
     "AuditResult",
@@ -65,6 +71,7 @@ __all__ = [
     "format_epsilon",
     "STATISTICS",
     "SAMPLERS",
+    "simulation_statement",
 ]
 
 STATISTICS = ("bits", "clipped-mean")
@@ -214,7 +221,21 @@ def _claimed_epsilon(obj: Any, n: int) -> float:
     return float(eps)
 
 
-def _check_output(y: Any, size: int, n: int, name: str) -> np.ndarray:
+def simulation_statement(seed: int | None) -> str:
+    """How an audit's noise is drawn, for its output: the non-cryptographic simulation generator
+    (:func:`textdp.noise.simulation_rng`) and its seeding; an audit's noise is not a release."""
+    how = f"seed {seed}" if seed is not None else "seeded from the OS's CSPRNG"
+    return f"{SIMULATION_GENERATOR} (non-cryptographic, {how}; audit noise is not a release)"
+
+
+def _nan_error(name: str, bad: int, size: int) -> ParameterError:
+    return ParameterError(
+        f"mechanism {name!r} returned NaN in {bad} of {size} values; a mechanism must "
+        f"define every output (fix the sampler, e.g. an inverse CDF outside its domain)"
+    )
+
+
+def _check_output(y: Any, size: int, n: int, name: str, check_nan: bool = True) -> np.ndarray:
     try:
         y = np.asarray(y)
     except Exception as exc:  # noqa: BLE001
@@ -228,17 +249,14 @@ def _check_output(y: Any, size: int, n: int, name: str) -> np.ndarray:
         y = y.astype(np.float64)
     if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
         raise ParameterError(f"mechanism {name!r} returned dtype {y.dtype}; it must return real numbers")
-    if np.issubdtype(y.dtype, np.floating):
+    if check_nan and np.issubdtype(y.dtype, np.floating):
         bad = np.isnan(y)
         if bad.any():
-            raise ParameterError(
-                f"mechanism {name!r} returned NaN in {int(bad.sum())} of {y.size} values; a mechanism must "
-                f"define every output (fix the sampler, e.g. an inverse CDF outside its domain)"
-            )
+            raise _nan_error(name, int(bad.sum()), y.size)
     return y
 
 
-def _call(mech: Mechanism, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _call(mech: Mechanism, x: np.ndarray, rng: np.random.Generator, check_nan: bool = True) -> np.ndarray:
     try:
         y = mech.call(x, rng)
     except ParameterError:
@@ -252,7 +270,7 @@ def _call(mech: Mechanism, x: np.ndarray, rng: np.random.Generator) -> np.ndarra
             f"mechanism {mech.name!r} called sys.exit({exc.code!r}) on input shape {x.shape}; a mechanism must "
             f"return its records, not exit"
         ) from None
-    return _check_output(y, x.shape[0], x.shape[1], mech.name)
+    return _check_output(y, x.shape[0], x.shape[1], mech.name, check_nan)
 
 
 def _task_stats(mech: Mechanism, n: int, value: float, size: int, rng: np.random.Generator, statistic: str,
@@ -260,22 +278,25 @@ def _task_stats(mech: Mechanism, n: int, value: float, size: int, rng: np.random
     """Histograms of one block of ``size`` records on the constant input ``value``.
 
     The block's generator is used for sub-chunks of about ``inner_elements`` floats, so the
-    arrays stay cache-sized while generator streams stay few (one per block)."""
+    arrays stay cache-sized while generator streams stay few (one per block). Each sub-chunk's
+    statistics (and its NaN check) are one numba pass (:mod:`textdp.audit._kernels`)."""
+    from textdp.audit._kernels import bit_and_clipped_histograms, bit_histogram
+
     h_bits = np.zeros(n + 1, np.int64)
     h_clip = np.zeros(CLIPPED_BINS, np.int64) if statistic == "clipped-mean" else None
     step = max(1, inner_elements // n)
     x_full = np.zeros((min(step, size), n)) if value == 0.0 else np.ones((min(step, size), n))
+    # the built-in zoo's mechanisms never write into their input (tests/audit/test_zoo.py): they
+    # get a view; any other mechanism gets a fresh copy of the records at every call
+    fresh = mech.zoo is None or type(mech.zoo) not in ZOO.values()
     done = 0
     while done < size:
         m = min(step, size - done)
-        x = x_full[:m].copy()  # a fresh array: a mechanism may write into its input
-        y = _call(mech, x, rng)
-        bits = np.count_nonzero(y >= 0.5, axis=1)
-        h_bits += np.bincount(bits, minlength=n + 1)
-        if h_clip is not None:
-            t = np.clip(y, 0.0, 1.0).mean(axis=1)
-            idx = np.minimum((t * CLIPPED_BINS).astype(np.int64), CLIPPED_BINS - 1)
-            h_clip += np.bincount(idx, minlength=CLIPPED_BINS)
+        x = x_full[:m].copy() if fresh else x_full[:m]  # a mechanism may write into its input
+        y = np.ascontiguousarray(_call(mech, x, rng, check_nan=False), dtype=np.float64)
+        bad = bit_histogram(y, h_bits) if h_clip is None else bit_and_clipped_histograms(y, h_bits, h_clip)
+        if bad:
+            raise _nan_error(mech.name, int(bad), y.size)
         done += m
     return h_bits, h_clip
 
@@ -355,7 +376,9 @@ class AuditResult:
             "strong_epsilon_hat": self.strong.epsilon_hat if self.strong else None,
             "strong_epsilon_lower": self.strong.epsilon_lower if self.strong else None,
             "strong_violation": self.strong_violation if self.strong else None,
-            "broken": self.broken, "guarantee": self.guarantee, "seed": self.seed, "wall_s": round(self.wall_s, 3),
+            "broken": self.broken, "guarantee": self.guarantee, "seed": self.seed,
+            "simulation_rng": simulation_statement(self.seed.get("seed")) if self.seed else None,
+            "wall_s": round(self.wall_s, 3),
             "method": self.majority.method,
         }
         return d
@@ -403,7 +426,10 @@ def audit_mechanism(
       ``mechanism.claimed_epsilon(n)`` (e.g. :class:`textdp.audit.adapters.TokenPairAdapter`) or
       ``mechanism.guarantee.epsilon``.
     n: record dimension (>= 1). samples: records per dataset ``N`` (>= 1).
-    alpha: ``1 − alpha`` confidence of each attack's bound. seed: int for a reproducible run.
+    alpha: ``1 − alpha`` confidence of each attack's bound. seed: int for a reproducible run;
+      None seeds the simulation generator (``PCG64DXSM``, non-cryptographic:
+      :func:`textdp.noise.simulation_rng`) from the OS's CSPRNG. The mechanism is called with
+      generators of that kind; ``result.seed`` records which.
     strong: also run the data-driven threshold attack on ``statistic`` (``"bits"`` or
       ``"clipped-mean"``) with ``ceil(selection_fraction · N)`` extra selection records.
     sampler: ``"full"`` (real arrays, default), ``"sufficient-statistic"`` (zoo only, exact
@@ -454,7 +480,7 @@ def audit_mechanism(
     use_fast = sampler == "sufficient-statistic" or (sampler == "auto" and fast_ok)
     n_sel = max(1, math.ceil(selection_fraction * samples)) if strong else 0
 
-    src = random_source(seed)
+    src = simulation_source(seed)  # PCG64DXSM: audit noise is a simulation, never a release
     parts = [("eval", 0.0, samples), ("eval", 1.0, samples)]
     if strong:
         parts += [("sel", 0.0, n_sel), ("sel", 1.0, n_sel)]

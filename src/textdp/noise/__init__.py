@@ -5,9 +5,14 @@ are exact integer constructions (discrete Laplace / Gaussian after Canonne,
 Kamath & Steinke 2020) on power-of-two grids, exact Bernoulli draws, and an
 integer-weighted exponential mechanism; see :mod:`textdp.noise.samplers` and
 ``docs/trust.md``.
+
+Simulations that are not releases (the empirical audit) may draw from the fast
+non-cryptographic :func:`simulation_rng` (PCG64DXSM, :mod:`textdp.noise.simulation`);
+releases never do.
 """
 
 from textdp.noise.rng import RandomSource, make_rng, random_source, seed_mode, spawn
+from textdp.noise.simulation import SimulationSource, simulation_rng, simulation_source
 from textdp.noise.samplers import (
     DEFAULT_ETA,
     ExactCategorical,
@@ -33,6 +38,7 @@ from textdp.noise.samplers import (
 
 __all__ = [
     "RandomSource", "make_rng", "random_source", "seed_mode", "spawn",
+    "SimulationSource", "simulation_rng", "simulation_source",
     "laplace", "gaussian", "gamma", "uniform_direction", "randomized_response", "categorical_from_log_weights", "categorical_from_weights",
     "discrete_laplace", "discrete_gaussian", "bernoulli", "ExactCategorical", "categorical_discretisation_epsilon",
     "laplace_mechanism", "gaussian_mechanism", "laplace_mechanism_params", "gaussian_mechanism_params",
