@@ -190,7 +190,7 @@ def test_ledger_dir_that_is_a_file(corpus, monkeypatch):
 
 # B. multi-file outputs are all-or-nothing --------------------------------------------------
 
-_FAST_GRID = ("audit", "--grid", "habernal2022", "-m", "laplace", "-e", "1", "-n", "1", "-N", "1000", "-q")
+_FAST_GRID = ("audit", "--grid", "habernal2022", "-m", "laplace", "-e", "1", "-n", "1", "-N", "1000", "--plot", "-q")
 
 
 @pytest.mark.parametrize("exc, code", [(KeyboardInterrupt, 130),

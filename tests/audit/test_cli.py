@@ -130,7 +130,7 @@ def test_cli_grid_outputs(tmp_path):
     out = tmp_path / "res"
     # a 6 mechanisms x 2 ε x 2 n slice of the grid (the full grid's verdicts: test_audit.py)
     r = _run("--grid", "habernal2022", "--fast", "--samples", "1e6", "-e", "0.5,10", "--dims", "1,64", "--seed", "1",
-             "-o", str(out), "-q")
+             "-o", str(out), "--plot", "-q")
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "habernal2022.json").read_text())
     assert len(doc["cells"]) == 24
@@ -146,6 +146,16 @@ def test_cli_grid_outputs(tmp_path):
     r2 = _run("--grid", "habernal2022", "--fast", "--samples", "1e4", "-o", str(out), "-q")
     assert r2.exit_code == 2 and "--overwrite" in r2.output
     assert json.loads((out / "habernal2022.json").read_text())["settings"]["samples"] == 10**6
+
+
+def test_cli_grid_writes_the_plot_only_on_request(tmp_path):
+    """Without --plot: JSON and CSV only (matplotlib is not imported); --plot needs --output."""
+    out = tmp_path / "res"
+    r = _run("--grid", "habernal2022", "-m", "laplace", "-e", "1", "-n", "1", "-N", "1000", "-o", str(out), "-q")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.iterdir()) == ["habernal2022.csv", "habernal2022.json"]
+    r = _run("--grid", "habernal2022", "-m", "laplace", "-e", "1", "-n", "1", "-N", "1000", "--plot", "-q")
+    assert r.exit_code == 2 and "--plot" in r.output and "--output" in r.output
 
 
 def test_cli_list():

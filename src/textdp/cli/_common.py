@@ -18,9 +18,6 @@ from typing import Any, Callable
 import typer
 from rich.console import Console
 from rich.markup import escape as esc
-from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Column
-from rich.text import Text
 
 from textdp.errors import TextDPError
 
@@ -108,56 +105,18 @@ def _unexpected(exc: BaseException) -> None:
     )
 
 
-class _ErrorClearingProgress(Progress):
-    """A progress display that removes itself when the block fails, so an error is one line
-    (no half-drawn "0/?" bar above it)."""
-
-    _failed = False
-
-    def __exit__(self, exc_type, exc_val, exc_tb):
-        if exc_type is not None:
-            self.live.transient = True
-            self._failed = True
-        return super().__exit__(exc_type, exc_val, exc_tb)
-
-    def stop(self) -> None:
-        if self._failed and not self.disable:  # rich ends a non-terminal display with an empty line:
-            self.live.stop()                    # not above the one-line error
-            return
-        super().stop()
-
-
-class CountColumn(ProgressColumn):
-    """``done/total``: exact below a million ("3/20"), else in the total's unit ("100.5M/301.4M"), so the
-    counter stays short enough to be printed whole in an 80-column terminal or log."""
-
-    _UNITS = ((10**12, "T"), (10**9, "G"), (10**6, "M"))
-
-    def __init__(self):
-        super().__init__(table_column=Column(no_wrap=True))  # never squeezed: the bar and description give way
-
-    @classmethod
-    def text(cls, completed: float, total: float | None) -> str:
-        done = max(0, int(completed))
-        if total is None:
-            return f"{done}/?"
-        total = max(0, int(total))
-        for k, unit in cls._UNITS:
-            if total >= k:
-                t = f"{total / k:.1f}{unit}"
-                return f"{f'{done / k:.1f}{unit}':>{len(t)}}/{t}"
-        return f"{done:{len(str(total))}d}/{total}"
-
-    def render(self, task) -> Text:
-        return Text(self.text(task.completed, task.total), style="progress.download")
-
-
-def progress(quiet: bool = False, transient: bool = False) -> Progress:
+def progress(quiet: bool = False, transient: bool = False):
     """A rich progress bar on stderr (disabled with ``quiet``); it disappears when the block raises.
 
     When the line is too wide (an 80-column terminal, a log), the bar shrinks first and a long
-    description is cut (at most 40 columns, with "…"); the counter and the times are never cut."""
-    return _ErrorClearingProgress(
+    description is cut (at most 40 columns, with "…"); the counter and the times are never cut.
+    Returns a ``rich.progress.Progress`` (imported here, not when the CLI starts)."""
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.table import Column
+
+    from textdp.cli._progress import CountColumn, ErrorClearingProgress
+
+    return ErrorClearingProgress(
         TextColumn("[progress.description]{task.description}",
                    table_column=Column(no_wrap=True, overflow="ellipsis", max_width=40)),
         BarColumn(),
@@ -170,7 +129,21 @@ def progress(quiet: bool = False, transient: bool = False) -> Progress:
     )
 
 
-from textdp.accounting.card import json_safe  # noqa: E402  (re-exported for the CLI)
+def json_safe(obj: Any) -> Any:
+    """:func:`textdp.accounting.card.json_safe` (imported on first use, not when the CLI starts)."""
+    from textdp.accounting.card import json_safe as _json_safe
+
+    return _json_safe(obj)
+
+
+def __getattr__(name: str):
+    """``CountColumn`` (rich's progress module) is loaded on first use: ``textdp --help`` does
+    not import it."""
+    if name == "CountColumn":
+        from textdp.cli._progress import CountColumn
+
+        return CountColumn
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def print_json(obj: Any) -> None:

@@ -18,7 +18,6 @@ from rich.table import Table
 from textdp.cli._common import err_console, handle_errors, opt_json, opt_overwrite, opt_quiet, opt_seed, out_console, print_json, progress
 from textdp.cli._common import parse_floats
 from textdp.errors import ParameterError
-from textdp.noise import random_source
 
 
 _floats = parse_floats  # shared strict comma-list parser (textdp.cli._common)
@@ -183,7 +182,10 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = typer.Option(None, "--workers", help="Threads (default: all cores)."),
         fail_on_violation: bool = typer.Option(False, "--fail-on-violation", help="Exit with status 3 if any cell is a violation (for CI)."),
         list_mechanisms: bool = typer.Option(False, "--list", help="List the auditable built-in mechanisms and exit."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for JSON, CSV and plot."),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for the JSON and CSV of every "
+                                              "cell (and the plot with --plot)."),
+        plot: bool = typer.Option(False, "--plot", help="Also write STEM.png into --output: ε̂ against n per "
+                                  "mechanism (imports matplotlib: a few seconds)."),
         seed: Optional[int] = opt_seed(),
         overwrite: bool = opt_overwrite(),
         quiet: bool = opt_quiet(),
@@ -193,7 +195,7 @@ def register(app: typer.Typer) -> None:
         attack, ε̂ with an exact lower confidence bound, and a verdict (violation iff ε_lo > claimed ε).
 
         Examples: textdp audit -m laplace -e 1 --dims 1,8,128 --samples 1e7;
-        textdp audit --grid habernal2022 --output results/;
+        textdp audit --grid habernal2022 --output results/ --plot;
         textdp audit -m mymech.py:privatize -e 2 --dims 16
         """
         from textdp import audit as A
@@ -206,6 +208,7 @@ def register(app: typer.Typer) -> None:
                           *(p for p in ctx.params if p not in ("list_mechanisms", "quiet")))
         if output is None:
             refuse_unused(ctx, "replaces existing files under --output; no --output is given", "overwrite")
+            refuse_unused(ctx, "writes the plot into --output; no --output is given", "plot")
         if no_strong:
             refuse_unused(ctx, "is the statistic of the threshold attack, which --no-strong leaves out", "statistic")
         if list_mechanisms:
@@ -235,7 +238,7 @@ def register(app: typer.Typer) -> None:
 
             if output.exists() and not output.is_dir():
                 raise ParameterError(f"--output {str(output)!r} must be a folder")
-            for ext in ("json", "csv", "png"):  # also: the folder can be made and written (before any work)
+            for ext in ("json", "csv") + (("png",) if plot else ()):  # also: the folder can be made and written
                 check_output_path(output / f"{stem}.{ext}", overwrite=overwrite, create_parents=True)
 
         # the user's mechanism (imported, called, asked its claimed ε) may print: never onto stdout
@@ -279,12 +282,14 @@ def register(app: typer.Typer) -> None:
                                 mechanism, e, d, N, alpha, seeds[i], strong=not no_strong, statistic=statistic,
                                 sampler=sampler, workers=workers, progress=lambda k, d=d: bar.advance(task, k * d)))
                             i += 1
+                from textdp.noise import random_source
+
                 result = GridResult("audit", cells, {}, sum(c.wall_s for c in cells),
                                     {"grid": None, "samples": N, "alpha": alpha, "sampler": sampler,
                                      "statistic": statistic, "strong": not no_strong,
                                      "seed": random_source(seed).describe()})
 
-        paths = write_grid_outputs(result, output, overwrite=overwrite, stem=stem) if output is not None else []
+        paths = write_grid_outputs(result, output, overwrite=overwrite, stem=stem, plot=plot) if output is not None else []
         if json_out:
             print_json({"settings": result.settings, "wall_s": result.wall_s, "outputs": [str(p) for p in paths],
                         "flagged": result.flagged(), "cells": result.rows()})

@@ -1,15 +1,113 @@
 """The ``textdp`` command line. Each command group lives in its own module and
 registers itself through ``register(app)``; no logic beyond parsing, progress
-and printing lives here."""
+and printing lives here.
+
+Start-up is lazy: a command's module is imported, and its options built, only when that
+command runs or its own ``--help`` is shown. ``textdp --help`` lists the commands from their
+registrations (help text only), so it imports neither numpy nor any capability."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import inspect
 import signal as _signal
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from textdp import __version__
+
+# One module per command (group), in the order `textdp --help` lists them (typer lists single
+# commands before groups). Each module defines register(app), which registers exactly that name.
+_COMMAND_MODULES = {
+    "sanitize": "textdp.cli.sanitize",
+    "audit": "textdp.cli.audit",
+    "evaluate": "textdp.cli.evaluate",
+    "datasets": "textdp.cli.datasets",
+    "topics": "textdp.cli.topics",
+    "bounds": "textdp.cli.bounds",
+    "attack": "textdp.cli.attack",
+    "budget": "textdp.cli.budget",
+}
+
+
+def _registered(name: str) -> typer.Typer | None:
+    """A fresh Typer holding what ``name``'s module registers (None: the module is not written yet)."""
+    module = _COMMAND_MODULES[name]
+    try:
+        m = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:  # command module not written yet
+            return None
+        raise
+    sub = typer.Typer(add_completion=False)
+    m.register(sub)
+    return sub
+
+
+def _listing_entry(name: str, sub: typer.Typer) -> TyperCommand:
+    """What the command list of ``textdp --help`` shows for ``name`` (name, help, panel, flags),
+    read from the registration without building the command's options; the same text typer
+    would show for the built command (tests/test_cli_startup.py compares the two)."""
+    from typer.main import solve_typer_info_help
+
+    for info in sub.registered_commands:
+        if info.name == name:
+            doc = inspect.getdoc(info.callback) if info.help is None else inspect.cleandoc(info.help)
+            return TyperCommand(name=name, help=doc, short_help=info.short_help, hidden=info.hidden,
+                                deprecated=info.deprecated, rich_help_panel=info.rich_help_panel)
+    for info in sub.registered_groups:
+        if info.name == name:
+            from typer.main import solve_typer_info_defaults
+
+            solved = solve_typer_info_defaults(info)
+            return TyperCommand(name=name, help=solve_typer_info_help(info), short_help=solved.short_help,
+                                hidden=solved.hidden, deprecated=solved.deprecated,
+                                rich_help_panel=solved.rich_help_panel)
+    raise RuntimeError(f"{_COMMAND_MODULES[name]}.register() did not register {name!r}")
+
+
+class _LazyGroup(TyperGroup):
+    """The root group: commands are built on first use (see the module docstring)."""
+
+    _listing = False
+
+    def list_commands(self, ctx) -> list[str]:
+        return [n for n in _COMMAND_MODULES if n in self.commands or self._exists(n)]
+
+    @staticmethod
+    def _exists(name: str) -> bool:
+        return importlib.util.find_spec(_COMMAND_MODULES[name]) is not None
+
+    def get_command(self, ctx, cmd_name: str):
+        cmd = self.commands.get(cmd_name)
+        if cmd is not None or cmd_name not in _COMMAND_MODULES:
+            return cmd
+        sub = _registered(cmd_name)
+        if sub is None:
+            return None
+        if self._listing:  # the command list of `textdp --help`: help text only
+            return _listing_entry(cmd_name, sub)
+        from typer.main import get_group
+
+        cmd = get_group(sub).commands[cmd_name]
+        self.commands[cmd_name] = cmd
+        return cmd
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in _COMMAND_MODULES:  # "Did you mean ...?" needs the names
+            for n in self.list_commands(ctx):
+                self.commands.setdefault(n, TyperCommand(name=n))
+        return super().resolve_command(ctx, args)
+
+    def format_help(self, ctx, formatter) -> None:
+        self._listing = True
+        try:
+            return super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="textdp",
@@ -17,18 +115,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-)
-
-# One module per command (group). Each defines register(app).
-_COMMAND_MODULES = (
-    "textdp.cli.sanitize",
-    "textdp.cli.audit",
-    "textdp.cli.topics",
-    "textdp.cli.bounds",
-    "textdp.cli.evaluate",
-    "textdp.cli.attack",
-    "textdp.cli.budget",
-    "textdp.cli.datasets",
+    cls=_LazyGroup,
 )
 
 
@@ -43,16 +130,6 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
 ):
     """textdp: differential privacy for text."""
-
-
-for _mod in _COMMAND_MODULES:
-    try:
-        _m = importlib.import_module(_mod)
-    except ModuleNotFoundError as _exc:
-        if _exc.name == _mod:  # command module not written yet
-            continue
-        raise
-    _m.register(app)
 
 
 _SIGTERM_RECEIVED = False

@@ -264,8 +264,9 @@ def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_si
         def chunks():
             left = limit
             # a null text passes through unchanged; each JSON Lines row keeps its own keys
+            # a .txt input comes as io.TextLines (no pandas import for a plain-text run)
             for df, c in io.iter_table_chunks(input, text_column=text_column, chunksize=chunk_size, nulls="keep",
-                                              row_keys=True):
+                                              row_keys=True, plain_text=True):
                 if left is not None:
                     if left <= 0:
                         return
@@ -368,10 +369,15 @@ def _sanitize_chunks(writer, chunks, mech, bar, san, task, total_tokens, out, ch
                                              first_record=first)
         first += len(df)
         # a null text (JSON null, Parquet null) has nothing to sanitize: it is written back as null
-        import pandas as pd
+        released = [None if o is None else t for o, t in zip(original, texts)]
+        from textdp.data.io import TextLines
 
-        df[col] = pd.Series([None if o is None else t for o, t in zip(original, texts)], index=df.index,
-                            dtype=object)
+        if isinstance(df, TextLines):
+            df[col] = released
+        else:
+            import pandas as pd
+
+            df[col] = pd.Series(released, index=df.index, dtype=object)
         writer.write(df)
         stats = st if stats is None else stats.merge(st)
     before_card()

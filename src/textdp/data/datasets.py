@@ -31,9 +31,11 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
+from textdp._lazy import lazy_module
 from textdp.errors import InputError, MissingPackageError
+
+pd = lazy_module("pandas")  # imported when a dataset is read, not when a command starts
 
 __all__ = ["Dataset", "load_dataset", "list_datasets", "DATASETS", "package_file", "SPLIT_SEED"]
 

@@ -18,7 +18,9 @@
   naming the user's path (not a temporary file); :func:`describe_os_error` words
   any other OSError the same way.
 * :func:`iter_table_chunks` streams large inputs in chunks of rows (bounded
-  memory); :func:`read_table` reads a whole (small or medium) file.
+  memory); :func:`read_table` reads a whole (small or medium) file. With
+  ``plain_text=True`` a ``.txt`` input comes in :class:`TextLines` chunks (no pandas
+  import: a short run starts faster); :class:`TableWriter` writes either kind.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
+from textdp._lazy import lazy_module
 from textdp.errors import InputError, OutputError, ParameterError, excerpt
+
+pd = lazy_module("pandas")  # imported on first use: plain text is read and written without pandas
 
 __all__ = [
     "FORMATS",
@@ -54,6 +57,7 @@ __all__ = [
     "describe_os_error",
     "guess_text_column",
     "TableWriter",
+    "TextLines",
     "InputWatch",
     "file_state",
 ]
@@ -288,6 +292,65 @@ def _value_kind(v) -> str:
     return f"{type(v).__name__} value"
 
 
+class TextLines:
+    """The lines of a plain-text chunk as a one-column table named ``text``: the part of the
+    ``pandas.DataFrame`` interface the streaming commands use (``columns``, ``len``, ``df[col]``
+    with ``tolist()``, ``df[col] = values``, ``head(n)``, ``shape``), so a ``.txt`` input is read and
+    written without importing pandas. :meth:`to_pandas` gives the DataFrame (writers of other
+    formats use it)."""
+
+    def __init__(self, lines: list, column: str = "text"):
+        self._data = {column: list(lines)}
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._data)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self), len(self._data)
+
+    def __len__(self) -> int:
+        return len(next(iter(self._data.values())))
+
+    def __getitem__(self, column: str) -> "_TextColumn":
+        return _TextColumn(self._data[column])
+
+    def __setitem__(self, column: str, values) -> None:
+        values = list(values)
+        if len(values) != len(self):
+            raise ValueError(f"{len(values)} values for {len(self)} rows")
+        self._data[column] = values
+
+    def head(self, n: int) -> "TextLines":
+        out = TextLines([])
+        out._data = {k: v[:max(0, int(n))] for k, v in self._data.items()}
+        return out
+
+    def copy(self) -> "TextLines":
+        return self.head(len(self))
+
+    def to_pandas(self):
+        return pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in self._data.items()})
+
+
+class _TextColumn(list):
+    """One column of :class:`TextLines` (a list with pandas' ``tolist``)."""
+
+    def tolist(self) -> list:
+        return list(self)
+
+
+def _finish_lines(lines: list[str], path: Path, text_column: str | None) -> tuple[TextLines, str]:
+    """:func:`_finish` for plain-text lines (one column ``text`` of strings; NULs are refused by the reader)."""
+    if not lines:
+        raise InputError(f"{path.name}: no rows to read")
+    col = text_column if text_column is not None else guess_text_column(["text"])
+    if col != "text":
+        raise InputError(f"{path.name}: no column {col!r} (columns: text); pass the right --text-column")
+    return TextLines(lines), col
+
+
 def _finish(df: pd.DataFrame, path: Path, text_column: str | None, nulls: str = "empty",
             lines: list[int] | None = None, first_row: int = 0) -> tuple[pd.DataFrame, str]:
     """Find and check the text column of one chunk.
@@ -491,13 +554,16 @@ def iter_table_chunks(
     encoding: str = "utf-8",
     nulls: str = "empty",
     row_keys: bool = False,
+    plain_text: bool = False,
 ) -> Iterator[tuple[pd.DataFrame, str]]:
     """Stream ``(chunk, text_column)`` pairs of at most ``chunksize`` rows.
 
     Memory is bounded by the chunk size (for Parquet, by one row group). Errors
     as in :func:`read_table`; a decoding error names the line within the file.
     ``nulls``: ``"empty"`` (missing texts become "") or ``"keep"`` (None); ``row_keys``:
-    JSON Lines chunks carry :data:`ROW_KEYS` (each row's own keys, for the writers).
+    JSON Lines chunks carry :data:`ROW_KEYS` (each row's own keys, for the writers);
+    ``plain_text``: a ``.txt`` input comes as :class:`TextLines` chunks instead of DataFrames
+    (the same rows and checks, without importing pandas).
     """
     p = Path(path)
     _check_readable(p)
@@ -537,7 +603,7 @@ def iter_table_chunks(
                 n += len(df)
                 yield df, col
         else:
-            yield from _iter_lines_chunks(p, fmt, col, chunksize, encoding, nulls, row_keys)
+            yield from _iter_lines_chunks(p, fmt, col, chunksize, encoding, nulls, row_keys, plain_text)
             return
     except UnicodeDecodeError:
         raise _decode_error(p, encoding) from None
@@ -555,13 +621,15 @@ def iter_table_chunks(
 
 
 def _iter_lines_chunks(p: Path, fmt: str, col: str | None, chunksize: int, encoding: str, nulls: str = "empty",
-                       row_keys: bool = False):
+                       row_keys: bool = False, plain_text: bool = False):
     buf: list = []
     numbers: list[int] = []
     n = 0
 
     def frame():
         if fmt == "txt":
+            if plain_text:
+                return _finish_lines(buf, p, col)
             return _finish(pd.DataFrame({"text": buf}), p, col, nulls, first_row=n)
         return _jsonl_frame(buf, numbers, p, col, nulls, row_keys, first_row=n)
 
@@ -1084,7 +1152,10 @@ class TableWriter:
         self._tmp = self._cm.__enter__()
         return self
 
-    def write(self, df: pd.DataFrame) -> None:
+    def write(self, df: pd.DataFrame | TextLines) -> None:
+        """Append a chunk: a DataFrame, or :class:`TextLines` (written as plain text without pandas)."""
+        if isinstance(df, TextLines) and self.fmt != "txt":
+            df = df.to_pandas()
         if self.fmt == "parquet":
             import pyarrow as pa
             import pyarrow.parquet as pq

