@@ -27,10 +27,10 @@ import numpy as np
 from scipy.stats import norm
 
 from textdp.accounting.card import json_safe
-from textdp.audit.core import AuditResult, _cell_seeds, audit_mechanism, format_epsilon
+from textdp.audit.core import AuditResult, _cell_seeds, audit_mechanism, format_epsilon, simulation_statement
 from textdp.audit.oracle import majority_vote_probabilities, majority_vote_se
 from textdp.errors import InputError, ParameterError
-from textdp.noise import random_source
+from textdp.noise import simulation_source
 from textdp.mechanisms.zoo import HABERNAL2022_MECHANISMS, OFFICIAL_NAMES, make_zoo_mechanism
 
 __all__ = ["GridSpec", "GRIDS", "GridResult", "run_grid", "load_published", "write_grid_outputs", "plot_grid"]
@@ -181,7 +181,8 @@ def run_grid(
                 i += 1
     published = load_published() if compare_published and spec.name == "habernal2022" else {}
     settings = {"grid": spec.name, "samples": N, "alpha": alpha, "sampler": sampler, "statistic": statistic,
-                "strong": strong, "seed": random_source(seed).describe()}
+                "strong": strong, "seed": simulation_source(seed).describe(),
+                "simulation_rng": simulation_statement(seed)}
     return GridResult(spec.name, cells, published, time.perf_counter() - t0, settings)
 
 
