@@ -92,3 +92,15 @@ def test_seeded_output_independent_of_block_size_and_workers(make_emb, monkeypat
     # and the numpy backend draws the same words (same keyed uniforms; laws equal to ~1e-8)
     monkeypatch.setenv(sampling.BACKEND_ENV, "numpy")
     assert SanText(emb, epsilon=1.0, output_vocabulary="full", rng=3).sanitize(texts) == runs[0]
+
+
+def test_portable_and_native_integer_rounding_agree():
+    """_iweight is ``int64(rint(y))`` where the CPU converts packed float64 to int64 (AVX-512DQ) and the
+    integer bit trick elsewhere: both must give the same integers, ties to even included."""
+    rng = np.random.default_rng(2)
+    y = np.concatenate([rng.uniform(0, 2.0**62, 3000), rng.integers(0, 2**40, 3000) + 0.5,
+                        rng.uniform(0, 1e9, 3000), [0.0, 0.5, 1.5, 2.0**52 - 0.5, 2.0**52, 2.0**53 + 2, 2.0**62]])
+    got = np.array([sampling._kernels._rint_i64(float(t)) for t in y])
+    assert np.array_equal(got, np.rint(y).astype(np.int64))
+    one = np.array([sampling._kernels._iweight(float(t), 1.0, 0.0) for t in y])
+    assert np.array_equal(one, got)

@@ -182,15 +182,33 @@ _TINY = float(np.exp(-FAR))
 
 if AVAILABLE:
 
-    @njit(inline="always", cache=True)
-    def _iweight(w, scale, base):
-        """The integer weight ``rint(w * scale + base)`` in strict IEEE arithmetic (no fast-math
-        flags: the search recomputes it and must get the same bits as the chunk sums)."""
-        y = w * scale + base
-        small = _f2i(y + _T52) - _B52
-        bits = _f2i(y)
-        big = ((bits & _M52) | (_M52 + 1)) << max((bits >> 52) - 1075, 0)
-        return small if y < _T52 else big
+    def _host_has_avx512dq() -> bool:
+        try:
+            import llvmlite.binding as llvm
+
+            return "+avx512dq" in llvm.get_host_cpu_features().flatten().split(",")
+        except Exception:  # pragma: no cover - feature query unavailable: the portable form
+            return False
+
+    if _host_has_avx512dq():  # packed float64 -> int64 conversion exists: LLVM vectorises rint + cast
+
+        @njit(inline="always", cache=True)
+        def _iweight(w, scale, base):
+            """The integer weight ``rint(w * scale + base)`` in strict IEEE arithmetic (no fast-math
+            flags: the search recomputes it and must get the same bits as the chunk sums)."""
+            return np.int64(np.rint(w * scale + base))
+
+    else:  # AVX2 and older: the same value with vectorisable integer operations (see _rint_i64)
+
+        @njit(inline="always", cache=True)
+        def _iweight(w, scale, base):
+            """The integer weight ``rint(w * scale + base)`` in strict IEEE arithmetic (no fast-math
+            flags: the search recomputes it and must get the same bits as the chunk sums)."""
+            y = w * scale + base
+            small = _f2i(y + _T52) - _B52
+            bits = _f2i(y)
+            big = ((bits & _M52) | (_M52 + 1)) << max((bits >> 52) - 1075, 0)
+            return small if y < _T52 else big
 
     @njit(nogil=True, fastmath=_FM, cache=True)
     def _tile_weights(gt, w, j0, width, self_cols, tot):
