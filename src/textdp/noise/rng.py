@@ -29,10 +29,33 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-try:  # randomgen is a core dependency; the fallback only keeps imports working in odd envs
-    from randomgen import ChaCha as _ChaCha
-except ImportError:  # pragma: no cover - exercised only without randomgen
-    _ChaCha = None
+_CHACHA: list = []  # [randomgen.ChaCha or None], filled on first use (randomgen's import is ~40 ms)
+
+
+def _chacha():
+    """``randomgen.ChaCha`` (imported on first use), or None without randomgen."""
+    if not _CHACHA:
+        try:  # randomgen is a core dependency; the fallback only keeps imports working in odd envs
+            from randomgen import ChaCha
+        except ImportError:  # pragma: no cover - exercised only without randomgen
+            ChaCha = None
+        _CHACHA.append(ChaCha)
+    return _CHACHA[0]
+
+
+def _chacha_available() -> bool:
+    """Whether :func:`_chacha` gives the class, without importing randomgen when not done yet."""
+    if _CHACHA:
+        return _CHACHA[0] is not None
+    import importlib.util
+
+    return importlib.util.find_spec("randomgen") is not None
+
+
+def __getattr__(name: str):
+    if name == "_ChaCha":  # the class, for callers that import it by its former module-level name
+        return _chacha()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["RandomSource", "make_rng", "spawn", "seed_mode"]
 
@@ -41,12 +64,14 @@ SECURE_NOTE = "cryptographically secure (ChaCha20 keyed from OS entropy)"
 
 
 def _bitgen(seq: np.random.SeedSequence) -> np.random.BitGenerator:
+    _ChaCha = _chacha()
     if _ChaCha is not None:
         return _ChaCha(seed=seq, rounds=20)
     return np.random.PCG64(seq)  # pragma: no cover
 
 
 def _keyed(key: int) -> np.random.Generator:
+    _ChaCha = _chacha()
     if _ChaCha is not None:
         return np.random.Generator(_ChaCha(key=key, rounds=20))
     return np.random.Generator(np.random.PCG64(key))  # pragma: no cover
@@ -87,7 +112,7 @@ class RandomSource:
         return {
             "seeded": self.seeded,
             "seed": self.seed,
-            "generator": "ChaCha20" if _ChaCha is not None else "PCG64",
+            "generator": "ChaCha20" if _chacha_available() else "PCG64",
             "note": SEEDED_NOTE if self.seeded else SECURE_NOTE,
         }
 
