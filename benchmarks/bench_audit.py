@@ -8,17 +8,27 @@ What it compares, each job in its own subprocess (wall time and peak RSS measure
    code's full grid, 4-5 h and 8.9 GB peak on a 2-core machine (spec, measured), with only
    10^6 records for n > 16. Reproduction: every published value against the exact oracle at the
    official sample size, and the oracle against textdp's 95% intervals.
-2. The full-noise path (real mechanism on real arrays, streamed): correct Laplace, ε = 1, at
-   the official code's own sample sizes, cell by cell, next to the official code on the same
-   cells in the same run (``--official PATH/experiment.py``; keep the official code outside
-   the repo). The full-noise grid time is extrapolated from the measured throughput.
+2. The full-noise path (real mechanism on real arrays, streamed): correct Laplace, ε = 1, in
+   noise draws per second at equal drawn records (the official code draws 10 batches of 10^6
+   records for n > 16 and counts only the last; textdp draws and counts 10^7 there), three
+   repetitions back to back, medians. Side by side in the same run:
+   * textdp's full-noise audit (the simulation generator PCG64DXSM, all cores and 1 thread);
+   * the floor: numpy's own Laplace generation, ``Generator(PCG64).laplace`` in blocks of 2^20
+     on one thread (with PCG64 uniforms and ChaCha20 Laplace, textdp's generator before);
+   * the official code (``--official PATH/experiment.py``; keep the official code outside the
+     repo), or, without it, a faithful reimplementation of its inner loop named
+     ``reference``: legacy MT19937 uniforms (``RandomState(1234).uniform``, the generator
+     behind the official code's global ``np.random.uniform``), the same inverse-CDF formula,
+     ``np.where`` thresholds, ``np.round`` of the row means, ``np.tile`` and the count matrix,
+     without the official code's prints.
 
 Usage::
 
-    python benchmarks/bench_audit.py [--quick] [--official /tmp/habernal_official/experiment.py]
+    python benchmarks/bench_audit.py [--quick] [--official /tmp/habernal_official/experiment.py [--reference]]
+                                     [--reps 3] [--skip-grid]
 
-``--quick`` keeps the full-noise cells to n in {1, 8} (the n = 32 and 128 cells of the
-official code take about 1 and 3.5 minutes and up to 8.9 GB).
+``--quick`` keeps the full-noise cells to n in {1, 8} (the official code's n = 32 cell draws
+6.4·10^8 values, about a minute per repetition, and peaks near 2.3 GB).
 """
 
 from __future__ import annotations
@@ -67,14 +77,23 @@ def job_grid(samples: int, seed: int) -> dict:
     }
 
 
-def job_textdp_cell(n: int, samples: int, seed: int) -> dict:
+def job_textdp_cell(n: int, samples: int, seed: int, workers: int | None = None) -> dict:
     from textdp.audit import audit_mechanism
 
     t = time.perf_counter()
-    r = audit_mechanism("laplace", 1.0, n, samples, seed=seed, strong=False)
+    audit_mechanism("laplace", 1.0, 2, 1000, seed=0, strong=False, workers=1)  # loads the numba kernels (cached)
+    warm = time.perf_counter() - t
+    t = time.perf_counter()
+    r = audit_mechanism("laplace", 1.0, n, samples, seed=seed, strong=False, workers=workers)
     wall = time.perf_counter() - t
-    return {"wall_s": wall, "peak_mb": _maxrss_mb(), "epsilon_hat": r.epsilon_hat, "epsilon_lower": r.epsilon_lower,
-            "oracle": r.oracle, "draws": 2 * samples * n}
+    return {"wall_s": wall, "warmup_s": warm, "peak_mb": _maxrss_mb(), "epsilon_hat": r.epsilon_hat,
+            "epsilon_lower": r.epsilon_lower, "oracle": r.oracle, "draws": 2 * samples * n,
+            "generator": r.seed["generator"]}
+
+
+def _official_plan(n: int, samples: int) -> tuple[int, int]:
+    """(batches, records per batch) of the official ``estimate_empirical_loss``."""
+    return (10, 10**6) if n > 16 else (1, samples)
 
 
 def job_official_cell(path: str, n: int, samples: int) -> dict:
@@ -89,14 +108,68 @@ def job_official_cell(path: str, n: int, samples: int) -> dict:
     spec = importlib.util.spec_from_file_location("habernal_experiment", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    np.random.seed(1234)
+    np.random.seed(1234)  # the official code's own seeding (its global state), as in its main()
     t = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):  # it prints large arrays on every call
         v = mod.Experiment.estimate_empirical_loss(n, 1.0, mod.LaplaceMechanism(), number_of_repeats=samples)
     wall = time.perf_counter() - t
-    used = samples if n <= 16 else 10 * 10**6  # draws 10 batches of 10^6 for n > 16 (keeps only the last)
-    return {"wall_s": wall, "peak_mb": _maxrss_mb(), "epsilon_hat": float(v), "draws": 2 * used * n,
-            "counted": 2 * (samples if n <= 16 else 10**6)}
+    batches, per = _official_plan(n, samples)
+    return {"wall_s": wall, "peak_mb": _maxrss_mb(), "epsilon_hat": float(v), "draws": 2 * batches * per * n,
+            "counted": 2 * per}
+
+
+def job_reference_cell(n: int, samples: int) -> dict:
+    """The official code's inner loop, reimplemented (see the module docstring): what its approach costs."""
+    import numpy as np
+
+    rs = np.random.RandomState(1234)  # MT19937, the legacy generator of np.random.uniform
+    batches, per = _official_plan(n, samples)
+    F = np.zeros((2, 2), dtype=int)
+    t = time.perf_counter()
+    for _ in range(batches):
+        for row, value in ((0, 0.0), (1, 1.0)):
+            x = np.zeros((per, n)) if value == 0.0 else np.ones((per, n))
+            u = rs.uniform(0, 1, x.size)
+            noise = (-np.sign(u - 0.5) * np.log(1 - 2 * np.abs(u - 0.5))).reshape(x.shape)
+            y = x + (n / 1.0) * noise
+            bits = np.where(y < 0.5, 0, 1)
+            votes = np.round(np.mean(bits, axis=1)).astype(int)
+            full = np.tile(np.expand_dims(votes, axis=1), (1, n))
+            F[row, 0] = np.sum(np.where(full == 0, 1, 0))  # assigned, not accumulated, as in the official code
+            F[row, 1] = np.sum(np.where(full == 1, 1, 0))
+    wall = time.perf_counter() - t
+    with np.errstate(divide="ignore"):
+        p0, p1 = F[:, 0] / F[:, 0].sum(), F[:, 1] / F[:, 1].sum()
+        eps = max(abs(np.log(p0[0]) - np.log(p0[1])), abs(np.log(p1[0]) - np.log(p1[1])))
+    return {"wall_s": wall, "peak_mb": _maxrss_mb(), "epsilon_hat": float(eps), "draws": 2 * batches * per * n,
+            "counted": 2 * per}
+
+
+def job_floor(draws: int = 1 << 25) -> dict:
+    """Single-thread noise generation in numpy, in blocks of 2^20: draws per second."""
+    import numpy as np
+    from randomgen import ChaCha
+
+    block = 1 << 20
+    k = max(1, draws // block)
+    out = np.empty(block)
+
+    def rate(fn):
+        fn()
+        t = time.perf_counter()
+        for _ in range(k):
+            fn()
+        return k * block / (time.perf_counter() - t)
+
+    pcg = np.random.Generator(np.random.PCG64(1))
+    dxsm = np.random.Generator(np.random.PCG64DXSM(1))
+    chacha = np.random.Generator(ChaCha(seed=1, rounds=20))
+    return {
+        "pcg64_laplace": rate(lambda: pcg.laplace(0.0, 1.0, block)),
+        "pcg64_uniform": rate(lambda: pcg.random(out=out)),
+        "dxsm_uniform": rate(lambda: dxsm.random(out=out)),
+        "chacha_laplace": rate(lambda: chacha.laplace(0.0, 1.0, block)),
+    }
 
 
 def _sub(job: str, **kw) -> dict:
@@ -112,18 +185,28 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="full-noise cells only for n in {1, 8}")
     ap.add_argument("--official", default=os.environ.get("HABERNAL_OFFICIAL"),
                     help="path to the official experiment.py (kept outside the repo) to time it on the same cells")
-    ap.add_argument("--official-all", action="store_true", help="also time the official code at n = 128 (8.9 GB)")
+    ap.add_argument("--reference", action="store_true",
+                    help="with --official, also time the reimplementation of its inner loop (always timed without it)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of the full-noise comparison (median)")
+    ap.add_argument("--skip-grid", action="store_true", help="only the full-noise comparison [2]")
     ap.add_argument("--samples", type=float, default=1e7, help="records per dataset in the grid (default 1e7)")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.job:
         kw = json.loads(a.job)
-        fn = {"grid": job_grid, "textdp_cell": job_textdp_cell, "official_cell": job_official_cell}[kw.pop("job")]
+        fn = {"grid": job_grid, "textdp_cell": job_textdp_cell, "official_cell": job_official_cell,
+              "reference_cell": job_reference_cell, "floor": job_floor}[kw.pop("job")]
         print(json.dumps(fn(**kw), default=str))
         return
 
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at start (shared machine)")
     N = int(a.samples)
+    if not a.skip_grid:
+        _grid_section(N)
+    _noise_section(a, N)
+
+
+def _grid_section(N: int) -> None:
     print(f"\n[1] full published grid: 252 cells, N = {N:,} records per dataset in every cell, "
           f"majority vote + threshold attack (exact sufficient-statistic sampler)")
     g = _sub("grid", samples=N, seed=2022)
@@ -143,30 +226,73 @@ def main() -> None:
         print("   ", json.dumps({k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)
                                  for k, v in e.items()}))
 
-    dims = [1, 8] if a.quick else [1, 8, 32, 128]
-    print(f"\n[2] full-noise path (real arrays), correct Laplace, ε = 1, official sample sizes"
+
+def _median(values):
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
+
+
+def _noise_section(a, N: int) -> None:
+    dims = [1, 8] if a.quick else [1, 8, 32]
+    others = (["official"] if a.official else []) + (["reference"] if a.reference or not a.official else [])
+    print(f"\n[2] full-noise audit throughput: correct Laplace, ε = 1, majority vote only; million noise draws per "
+          f"second (M/s) at equal drawn records; {a.reps} repetitions back to back, medians"
           f"{' (quick: n in {1, 8})' if a.quick else ''}")
-    print(f"  {'n':>4} {'records':>9} | {'textdp s':>9} {'MB':>6} {'Mdraw/s':>8} | {'official s':>10} {'MB':>6} | ratio")
-    total_rate = []
+    if "reference" in others:
+        print("  reference = the official code's inner loop reimplemented in this file (legacy MT19937 uniforms, the "
+              "same formula, thresholds, rounding and counting; without its prints)"
+              + ("" if a.official else "; pass --official PATH to time the official code itself"))
+    runs: dict = {n: {k: [] for k in ["all", "one"] + others} for n in dims}
+    floors = []
+    for rep in range(a.reps):
+        floors.append(_sub("floor"))
+        for n in dims:
+            batches, per = (10, 10**6) if n > 16 else (1, 10**6)
+            runs[n]["all"].append(_sub("textdp_cell", n=n, samples=batches * per, seed=1 + rep))
+            runs[n]["one"].append(_sub("textdp_cell", n=n, samples=batches * per, seed=1 + rep, workers=1))
+            if "official" in others:
+                runs[n]["official"].append(_sub("official_cell", path=a.official, n=n, samples=per))
+            if "reference" in others:
+                runs[n]["reference"].append(_sub("reference_cell", n=n, samples=per))
+        print(f"  (repetition {rep + 1}/{a.reps} done; load average {os.getloadavg()[0]:.1f})", flush=True)
+    fl = {k: _median([f[k] for f in floors]) / 1e6 for k in floors[0]}
+    print(f"  floor, numpy on 1 thread, blocks of 2^20: PCG64 Generator.laplace {fl['pcg64_laplace']:.1f} M/s; "
+          f"PCG64 uniforms {fl['pcg64_uniform']:.0f} M/s, PCG64DXSM uniforms {fl['dxsm_uniform']:.0f} M/s; "
+          f"ChaCha20 Generator.laplace {fl['chacha_laplace']:.1f} M/s (the audit's generator before)")
+    head = f"  {'n':>4} {'drawn records':>14} | textdp M/s: {os.cpu_count()} threads, 1 |"
+    for o in others:
+        head += f" {o} M/s | textdp/{o}: {os.cpu_count()} thr, 1 |"
+    print(head + " textdp/floor: 2 thr, 1 | peak MB textdp, " + ", ".join(others))
+    rates = []
+
+    def per_s(xs):
+        return [x["draws"] / x["wall_s"] / 1e6 for x in xs]
+
     for n in dims:
-        recs = 10**6
-        t = _sub("textdp_cell", n=n, samples=recs, seed=1)
-        rate = t["draws"] / t["wall_s"] / 1e6
-        total_rate.append(rate)
-        line = f"  {n:>4} {recs:>9,} | {t['wall_s']:>9.2f} {t['peak_mb']:>6.0f} {rate:>8.1f} |"
-        if a.official and n > 32 and not a.official_all:
-            line += "        – (official n = 128 takes ~3.5 min and 8.9 GB: --official-all)"
-        elif a.official:
-            o = _sub("official_cell", path=a.official, n=n, samples=recs)
-            line += f" {o['wall_s']:>10.2f} {o['peak_mb']:>6.0f} | {o['wall_s'] / t['wall_s']:.1f}x"
-            line += f"  (ε̂ textdp {t['epsilon_hat']:.4f}, official {o['epsilon_hat']:.4f}, oracle {t['oracle']:.4f})"
-        else:
-            line += "        – (pass --official PATH to time the official code)"
-        print(line, flush=True)
-    rate = sum(total_rate) / len(total_rate)
+        r = runs[n]
+        t_all, t_one = per_s(r["all"]), per_s(r["one"])
+        rates.append(_median(t_all))
+        line = f"  {n:>4} {r['all'][0]['draws'] // (2 * n):>14,} | {_median(t_all):>7.1f} {_median(t_one):>7.1f} |"
+        for o in others:
+            ro = per_s(r[o])
+            line += (f" {_median(ro):>6.1f} | {_median([x / y for x, y in zip(t_all, ro)]):>5.1f}x "
+                     f"{_median([x / y for x, y in zip(t_one, ro)]):>5.1f}x |")
+        fp = [f["pcg64_laplace"] / 1e6 for f in floors]
+        line += (f" {_median([x / y for x, y in zip(t_all, fp)]):>5.2f}x {_median([x / y for x, y in zip(t_one, fp)]):>5.2f}x"
+                 f" | {_median([x['peak_mb'] for x in r['all']]):.0f}, "
+                 + ", ".join(f"{_median([x['peak_mb'] for x in r[o]]):.0f}" for o in others))
+        print(line)
+    for n in dims:
+        r = runs[n]
+        print(f"  n = {n}: ε̂ textdp {r['all'][0]['epsilon_hat']:.4f} (seed 1), "
+              + ", ".join(f"{o} {r[o][0]['epsilon_hat']:.4f}" for o in others)
+              + f", oracle {r['all'][0]['oracle']:.4f}")
+    print(f"  textdp's generator: {runs[dims[0]]['all'][0]['generator']}; one-time load of its numba kernels "
+          f"{_median([x['warmup_s'] for x in runs[dims[0]]['all']]):.2f} s per process (not in the rates)")
+    rate = _median(rates)
     draws = 2 * 1.0 * N * sum([1, 2, 8, 32, 64, 128]) * 7 * 6
     print(f"  extrapolated full-noise grid at N = {N:,}: {draws:.3g} draws / {rate:.1f} M/s = "
-          f"{draws / rate / 1e6 / 3600:.1f} h on this machine now (memory stays at the figures above)")
+          f"{draws / rate / 1e6 / 3600:.1f} h on this machine now")
 
 
 if __name__ == "__main__":

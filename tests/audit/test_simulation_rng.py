@@ -68,8 +68,10 @@ def test_audit_draws_from_the_simulation_generator_seeded_or_fresh():
     assert firsts[2] != firsts[3] and firsts[2] != firsts[0]   # no seed: fresh draws every run
 
 
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
 @pytest.mark.parametrize("name", ["laplace", "adept", "wrong-sensitivity", "dptext"])
-def test_zoo_noise_is_the_official_float_formula_bit_for_bit(name):
+def test_zoo_noise_is_the_official_float_formula_bit_for_bit(name, backend, monkeypatch):
+    monkeypatch.setenv("TEXTDP_AUDIT_BACKEND", backend)
     n, eps = 8, 0.7
     m = make_zoo_mechanism(name, eps, n)
     for value in (0.0, 1.0):
@@ -107,3 +109,15 @@ def test_statistics_kernel_equals_numpy(n):
     assert np.array_equal(h2, bits) and np.array_equal(c2, clip)
     y[3, 0] = y[10, n - 1] = np.nan
     assert bit_histogram(y, np.zeros(n + 1, np.int64)) == 2
+
+
+def test_both_backends_give_the_same_seeded_audit(monkeypatch):
+    results = {}
+    for backend in ("numba", "numpy"):
+        monkeypatch.setenv("TEXTDP_AUDIT_BACKEND", backend)
+        r = audit_mechanism("laplace", 1.0, 4, 20_000, seed=6, workers=2, chunk_elements=30_000)
+        results[backend] = (r.counts_D, r.counts_D2, r.strong)
+    assert results["numba"] == results["numpy"]
+    monkeypatch.setenv("TEXTDP_AUDIT_BACKEND", "fast")
+    with pytest.raises(ParameterError, match="TEXTDP_AUDIT_BACKEND"):
+        audit_mechanism("laplace", 1.0, 4, 100, seed=6)

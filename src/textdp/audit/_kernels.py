@@ -6,7 +6,11 @@ temporary arrays:
 
 * ``bits``: the number of coordinates ``>= 0.5`` (0 … n), the majority vote's input;
 * ``clipped-mean``: ``mean(clip(y, 0, 1))`` in ``bins`` equal bins of ``[0, 1]`` (bin
-  ``min(floor(t·bins), bins − 1)``), the coordinates summed left to right.
+  ``min(floor(t·bins), bins − 1)``), the coordinates summed left to right (numpy's mean sums
+  pairwise, so the two can put a record one bin apart when ``t·bins`` is within rounding of an
+  integer).
+
+The numpy twin used for short audits is :func:`textdp.audit.core._histograms`.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ from scipy.stats import binom
 from textdp.audit.oracle import zoo_oracle
 from textdp.audit.stats import EpsilonBound, SelectedEvent, check_alpha, empirical_epsilon_lower_bound, selected_event_bound
 from textdp.errors import ParameterError
-from textdp.mechanisms.zoo import ZOO, ZooMechanism, make_zoo_mechanism
+from textdp.mechanisms.zoo import ZOO, ZooMechanism, make_zoo_mechanism, use_numpy_backend
 from textdp.noise import random_source, simulation_source
 from textdp.noise.simulation import SIMULATION_GENERATOR
 
@@ -279,9 +279,8 @@ def _task_stats(mech: Mechanism, n: int, value: float, size: int, rng: np.random
 
     The block's generator is used for sub-chunks of about ``inner_elements`` floats, so the
     arrays stay cache-sized while generator streams stay few (one per block). Each sub-chunk's
-    statistics (and its NaN check) are one numba pass (:mod:`textdp.audit._kernels`)."""
-    from textdp.audit._kernels import bit_and_clipped_histograms, bit_histogram
-
+    statistics (and its NaN check) are one numba pass (:mod:`textdp.audit._kernels`), or numpy
+    passes for a short audit (:func:`textdp.mechanisms.zoo.use_numpy_backend`)."""
     h_bits = np.zeros(n + 1, np.int64)
     h_clip = np.zeros(CLIPPED_BINS, np.int64) if statistic == "clipped-mean" else None
     step = max(1, inner_elements // n)
@@ -294,11 +293,28 @@ def _task_stats(mech: Mechanism, n: int, value: float, size: int, rng: np.random
         m = min(step, size - done)
         x = x_full[:m].copy() if fresh else x_full[:m]  # a mechanism may write into its input
         y = np.ascontiguousarray(_call(mech, x, rng, check_nan=False), dtype=np.float64)
-        bad = bit_histogram(y, h_bits) if h_clip is None else bit_and_clipped_histograms(y, h_bits, h_clip)
+        bad = _histograms(y, h_bits, h_clip)
         if bad:
             raise _nan_error(mech.name, int(bad), y.size)
         done += m
     return h_bits, h_clip
+
+
+def _histograms(y: np.ndarray, h_bits: np.ndarray, h_clip: np.ndarray | None) -> int:
+    """Add the records of ``y`` (m, n) float64 to the bit-count histogram ``h_bits`` and the
+    clipped-mean histogram ``h_clip`` (None: not asked); return the number of NaN values."""
+    if not use_numpy_backend("statistics", y.size, "textdp.audit._kernels"):
+        from textdp.audit._kernels import bit_and_clipped_histograms, bit_histogram
+
+        return bit_histogram(y, h_bits) if h_clip is None else bit_and_clipped_histograms(y, h_bits, h_clip)
+    bad = int(np.count_nonzero(np.isnan(y)))
+    if bad:
+        return bad
+    h_bits += np.bincount(np.count_nonzero(y >= 0.5, axis=1), minlength=h_bits.size)
+    if h_clip is not None:
+        t = np.clip(y, 0.0, 1.0).mean(axis=1)
+        h_clip += np.bincount(np.minimum((t * h_clip.size).astype(np.int64), h_clip.size - 1), minlength=h_clip.size)
+    return 0
 
 
 @dataclass

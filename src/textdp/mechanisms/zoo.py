@@ -50,6 +50,8 @@ against the full-noise path.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -177,6 +179,63 @@ class RandomMechanism(ZooMechanism):
         return 0.5
 
 
+# ---------------------------------------------------------------------------------------- backends
+# The float noise of the zoo (and the audit's per-record statistics, textdp.audit.core) is computed
+# by numba kernels (textdp.mechanisms._zoo_kernels, textdp.audit._kernels), imported on first use.
+# A short audit computes the same values with numpy instead (the official float formulas, bit for
+# bit the kernels' values: tests/audit/test_simulation_rng.py) and skips numba's start-up (import
+# and cached kernels, 0.5-1 s); once NUMPY_ELEMENT_BUDGET values of a kind have been computed with
+# numpy in a process (about as long as that start-up), or the kernels are already loaded, the
+# kernels take over. $TEXTDP_AUDIT_BACKEND=numba|numpy forces one.
+
+#: environment variable choosing the backend of the zoo's noise and the audit's statistics
+BACKEND_ENV = "TEXTDP_AUDIT_BACKEND"
+#: values of each kind (noise, statistics) computed with numpy in one process before numba takes over
+NUMPY_ELEMENT_BUDGET = 1 << 24
+_numpy_used: dict[str, int] = {}
+
+
+def use_numpy_backend(kind: str, size: int, kernels: str) -> bool:
+    """Whether ``size`` values of ``kind`` are computed with numpy rather than the numba module
+    ``kernels`` (see the comment above); counts them against the budget when so."""
+    backend = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
+    if backend not in ("auto", "numba", "numpy"):
+        raise ParameterError(f"${BACKEND_ENV} must be auto, numba or numpy, got {backend!r}")
+    if backend == "numpy":
+        return True
+    if backend == "numba" or kernels in sys.modules:
+        return False
+    used = _numpy_used.get(kind, 0)
+    if used + size > NUMPY_ELEMENT_BUDGET:
+        return False
+    _numpy_used[kind] = used + size  # threads may race here: the budget is a heuristic, not a limit
+    return True
+
+
+def _laplace_add(x: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """``x + scale·L``, ``L = −sgn(U−½)·ln(1−2|U−½|)``, ``U = rng.random(x.shape)`` (the official formula)."""
+    if not use_numpy_backend("noise", x.size, "textdp.mechanisms._zoo_kernels"):
+        from textdp.mechanisms._zoo_kernels import laplace_add
+
+        return laplace_add(x, scale, rng)
+    u = rng.random(x.shape)
+    with np.errstate(divide="ignore"):
+        return x + scale * (-np.sign(u - 0.5) * np.log(1 - 2 * np.abs(u - 0.5)))
+
+
+def _dptext_add(x: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """``x + scale·T``, DPText's ``T = −sgn(U)·ln(1−2|U|)`` with NaN → 0, ``U = rng.random(x.shape)``."""
+    if not use_numpy_backend("noise", x.size, "textdp.mechanisms._zoo_kernels"):
+        from textdp.mechanisms._zoo_kernels import dptext_add
+
+        return dptext_add(x, scale, rng)
+    u = rng.random(x.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = -np.sign(u) * np.log(1 - 2 * np.abs(u))
+    t[np.isnan(t)] = 0.0
+    return x + scale * t
+
+
 def _inverse_cdf_laplace(shape, rng: np.random.Generator) -> np.ndarray:
     """Standard Laplace by the inverse CDF, as in the paper and the official code:
     ``L = −sgn(U − ½)·ln(1 − 2|U − ½|)`` with ``U ~ Uniform[0, 1)`` (float64), written with
@@ -200,8 +259,8 @@ class LaplaceMechanism(ZooMechanism):
     The noise is the textbook float inverse-CDF sampler of the paper and the official code,
     ``L = −sgn(U−½)·ln(1−2|U−½|)`` from one uniform ``U = rng.random()`` per coordinate, computed
     with the official code's float operations in vectorised blocks (numba passes around numpy's
-    SIMD ``log``; ``textdp.mechanisms._zoo_kernels``), so for the same uniforms the outputs are
-    bit-identical to the official ``x + b·L``. A faithful replica for the sanity check, not a release
+    SIMD ``log``, ``textdp.mechanisms._zoo_kernels``; numpy alone for short audits), so for the
+    same uniforms the outputs are bit-identical to the official ``x + b·L``. A faithful replica for the sanity check, not a release
     mechanism: floating-point Laplace leaks through its low-order bits (Mironov 2012), and a
     low-bit attack separates its outputs for neighbouring inputs, so the float mechanism is
     not ε-DP (``float_safe = False``). textdp's release primitive is ``laplace-secure``.
@@ -219,9 +278,7 @@ class LaplaceMechanism(ZooMechanism):
         return self.n / self.epsilon
 
     def __call__(self, x, rng):
-        from textdp.mechanisms._zoo_kernels import laplace_add
-
-        return laplace_add(_as_records(x, self.n), self.scale, rng)
+        return _laplace_add(_as_records(x, self.n), self.scale, rng)
 
     def bit_probability(self, value):
         q = 0.5 * math.exp(-1.0 / (2.0 * self.scale))
@@ -269,10 +326,8 @@ class DPTextLaplaceMechanism(ZooMechanism):
         return self.n / self.epsilon
 
     def __call__(self, x, rng):
-        from textdp.mechanisms._zoo_kernels import dptext_add
-
         # x + b·T, T = −sgn(U)·ln(1 − 2|U|), NaN → 0, in vectorised blocks (textdp.mechanisms._zoo_kernels)
-        return dptext_add(_as_records(x, self.n), self.scale, rng)
+        return _dptext_add(_as_records(x, self.n), self.scale, rng)
 
     def bit_probability(self, value):
         if value >= 0.5:
