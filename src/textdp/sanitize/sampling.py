@@ -27,6 +27,18 @@ Three pieces:
   under the uniform).
 * :func:`block_probabilities` returns the law actually sampled (``c / sum c``,
   float64) for the same rows, for tests, attacks and cards.
+* :func:`fused_sample` is what the mechanisms run when numba is present: the
+  same integer construction, fused and cache-resident. Per block of at most 64
+  input words, the GEMM runs tile by tile (``TILE`` = 1024 output words, a
+  ``(64, 1024)`` float64 tile = 512 KiB stays in L2) and each tile is turned into
+  weights ``exp(-s)`` at once; the exact integer chunk sums follow in one read of
+  the weights; a draw recomputes only its chunk's integer weights (bit-identical,
+  strict IEEE arithmetic). Its law is :func:`fused_probabilities`; it differs from
+  :func:`block_probabilities` only by the float rounding of the weights (a
+  relative ~1e-8: rows without their own word use offset 0 instead of their
+  minimum), so seeded runs draw the same words on either path, and for every
+  block size and number of workers, except at exact float ties (probability
+  ~1e-9 per draw).
 
 Accounting (:func:`sampling_epsilon0`): the realised law differs from the ideal
 ``exp(-eps d/2)/Z`` by (i) the uniform mix, which cannot raise the privacy
@@ -170,7 +182,8 @@ def sampling_epsilon0(epsilon: float, dim: int, radius: float, n_outcomes: int, 
     * ``rho`` bounds the relative error of each computed weight and of the row
       sum: ``exp`` (1e-8, :mod:`textdp.sanitize._kernels`; numpy's exp is far
       better), the rounding of its argument (``700 u``), the clamp at
-      ``e^-700`` (absolute, far below the ``eta/V`` floor), the row sum
+      ``e^-700`` (absolute; the row's largest weight is at least ``e^-512``, so a
+      clamped weight is below ``e^-188`` of it, far below the ``eta/V`` floor), the row sum
       (``(V + 16) u``); ``4 rho`` on a ratio.
     * ``categorical_discretisation_epsilon`` covers the integer rounding and the
       float evaluation of the mixed law (:mod:`textdp.noise`).
