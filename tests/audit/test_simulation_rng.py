@@ -121,3 +121,47 @@ def test_both_backends_give_the_same_seeded_audit(monkeypatch):
     monkeypatch.setenv("TEXTDP_AUDIT_BACKEND", "fast")
     with pytest.raises(ParameterError, match="TEXTDP_AUDIT_BACKEND"):
         audit_mechanism("laplace", 1.0, 4, 100, seed=6)
+
+
+RECORDER = """
+    import os
+    import numpy as np
+
+    def mech(x, rng):
+        with open(os.environ["RECORD_DRAWS"], "a") as f:
+            f.write(f"{type(rng.bit_generator).__name__} {rng.random()!r}\\n")
+        return x + rng.laplace(0.0, x.shape[1], x.shape)
+"""
+
+
+def test_cli_seed_reproduces_the_draws_and_no_seed_gives_fresh_ones(tmp_path, monkeypatch):
+    (tmp_path / "recorder.py").write_text(textwrap.dedent(RECORDER))
+    monkeypatch.chdir(tmp_path)
+    runs = []
+    for i, seed in enumerate(["5", "5", None, None]):
+        log = tmp_path / f"draws{i}.txt"
+        monkeypatch.setenv("RECORD_DRAWS", str(log))
+        args = ["audit", "-m", "recorder.py:mech", "-e", "1", "--dims", "1,3", "-N", "2000", "--workers", "1", "-q"]
+        r = runner.invoke(app, args + (["--seed", seed] if seed else []))
+        assert r.exit_code == 0, r.output
+        lines = log.read_text().splitlines()
+        assert len(lines) > 4 and {ln.split()[0] for ln in lines} == {"PCG64DXSM"}
+        runs.append(lines)
+    assert runs[0] == runs[1]                          # --seed 5 twice: the same draws
+    assert runs[2] != runs[3] and runs[2] != runs[0]   # no --seed: fresh draws every run
+
+
+def test_cli_output_states_the_simulation_generator():
+    r = runner.invoke(app, ["audit", "-m", "laplace", "-e", "1", "--dims", "2", "-N", "1000", "--seed", "4", "-q"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())  # the line may wrap
+    assert "simulation_rng: PCG64DXSM (non-cryptographic, seed 4; audit noise is not a release)" in text
+    r = runner.invoke(app, ["audit", "-m", "laplace", "-e", "1", "--dims", "2", "-N", "1000", "--json", "-q"])
+    doc = json.loads(r.stdout)
+    assert doc["settings"]["simulation_rng"] == ("PCG64DXSM (non-cryptographic, seeded from the OS's CSPRNG; "
+                                                 "audit noise is not a release)")
+    assert doc["settings"]["seed"]["generator"] == "PCG64DXSM" and doc["settings"]["seed"]["cryptographic"] is False
+    assert doc["cells"][0]["seed"]["generator"] == "PCG64DXSM"
+    r = runner.invoke(app, ["audit", "--grid", "habernal2022", "-m", "laplace", "-e", "1", "-n", "1", "-N", "1000",
+                            "--seed", "2", "-q"])
+    assert r.exit_code == 0 and "simulation_rng: PCG64DXSM (non-cryptographic, seed 2;" in " ".join(r.output.split())

@@ -12,11 +12,23 @@ Public API::
     laplace_oracle(epsilon, n, scale=None), majority_vote_oracle(p0, p1, n), zoo_oracle(name, epsilon, n)
     run_grid(...), write_grid_outputs(...)   (the published habernal2022 grid)
 
+The audit's noise is a simulation, not a release: it is drawn from the fast non-cryptographic
+generator of :func:`textdp.noise.simulation_rng` (PCG64DXSM), and every output says so
+(``simulation_statement``).
+
 Importing this package registers the audit zoo (:mod:`textdp.mechanisms.zoo`).
 """
 
 from textdp.mechanisms import zoo as _zoo  # noqa: F401  (registers the audit zoo)
-from textdp.audit.core import AuditResult, Mechanism, audit_dims, audit_mechanism, format_epsilon, resolve_mechanism
+from textdp.audit.core import (
+    AuditResult,
+    Mechanism,
+    audit_dims,
+    audit_mechanism,
+    format_epsilon,
+    resolve_mechanism,
+    simulation_statement,
+)
 from textdp.audit.oracle import laplace_oracle, majority_vote_oracle, zoo_oracle
 from textdp.audit.stats import (
     EpsilonBound,
@@ -29,6 +41,7 @@ from textdp.audit.stats import (
 
 __all__ = [
     "AuditResult", "Mechanism", "audit_mechanism", "audit_dims", "resolve_mechanism", "format_epsilon",
+    "simulation_statement",
     "laplace_oracle", "majority_vote_oracle", "zoo_oracle",
     "EpsilonBound", "SelectedEvent", "clopper_pearson_lower", "clopper_pearson_upper",
     "empirical_epsilon_lower_bound", "selected_event_bound",

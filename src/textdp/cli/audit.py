@@ -108,7 +108,12 @@ def _print_float_notes(names) -> None:
                               highlight=False, markup=False)
 
 
-def _print_cells(cells, alpha: float) -> None:
+def _print_simulation_rng(settings: dict) -> None:
+    """The generator the audit's noise came from: a simulation, not a release (textdp.noise.simulation_rng)."""
+    out_console.print(f"simulation_rng: {settings['simulation_rng']}", highlight=False, markup=False)
+
+
+def _print_cells(cells, alpha: float, settings: dict) -> None:
     from rich import box
 
     from textdp.audit import format_epsilon as fmt
@@ -130,6 +135,7 @@ def _print_cells(cells, alpha: float) -> None:
     _wide().print(t)
     out_console.print("ok = not refuted at this confidence (an audit can refute a DP claim, never certify one); "
                       "red = a lower bound above the claimed ε", highlight=False)
+    _print_simulation_rng(settings)
     _print_float_notes(c.mechanism for c in cells)
 
 
@@ -154,6 +160,7 @@ def _print_grid(result) -> None:
             t.add_row(f"{e:g}", *[_cell_text(row[d], fmt) if d in row else "" for d in dims])
         _wide().print(t)
     out_console.print(summary_text(result), highlight=False)
+    _print_simulation_rng(result.settings)
     _print_float_notes(mechs)
 
 
@@ -282,12 +289,13 @@ def register(app: typer.Typer) -> None:
                                 mechanism, e, d, N, alpha, seeds[i], strong=not no_strong, statistic=statistic,
                                 sampler=sampler, workers=workers, progress=lambda k, d=d: bar.advance(task, k * d)))
                             i += 1
-                from textdp.noise import random_source
+                from textdp.noise import simulation_source
 
                 result = GridResult("audit", cells, {}, sum(c.wall_s for c in cells),
                                     {"grid": None, "samples": N, "alpha": alpha, "sampler": sampler,
                                      "statistic": statistic, "strong": not no_strong,
-                                     "seed": random_source(seed).describe()})
+                                     "seed": simulation_source(seed).describe(),
+                                     "simulation_rng": A.simulation_statement(seed)})
 
         paths = write_grid_outputs(result, output, overwrite=overwrite, stem=stem, plot=plot) if output is not None else []
         if json_out:
@@ -297,7 +305,7 @@ def register(app: typer.Typer) -> None:
             if grid is not None:
                 _print_grid(result)
             else:
-                _print_cells(result.cells, alpha)
+                _print_cells(result.cells, alpha, result.settings)
             if not quiet:
                 for p in paths:
                     err_console.print(f"wrote {p}", highlight=False, markup=False)
