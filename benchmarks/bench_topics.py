@@ -1,17 +1,28 @@
-"""Benchmark of textdp's collapsed Gibbs sampler against `lda` and tomotopy, and the cost of the DP variants.
+"""Benchmark of textdp's collapsed Gibbs sampler against `lda` and tomotopy at 1 and 2 workers, and the cost of
+the DP variants.
 
 Data: 20 Newsgroups train split (built-in `20newsgroups`), lower-cased, letters-only tokens, English stop words
 and words with fewer than 5 occurrences removed (textdp.topics.Corpus.from_texts); perplexity on the test split
 (same vocabulary), all models scored by textdp's fold-in protocol (50 sweeps, 10 burn-in, α = 0.1).
-Setting: K = 20, α = 0.1, β = 0.01, 200 iterations, single thread (tomotopy: workers=1, ParallelScheme.NONE,
-no hyperparameter optimisation; lda: log-likelihood only at the end).
+Setting: K = 20, α = 0.1, β = 0.01, 200 iterations, no hyperparameter optimisation (tomotopy optim_interval = 0;
+lda: log-likelihood only at the end).
+
+Samplers, each timed over the whole training run (textdp: LDA.fit including its random start; tomotopy: train(),
+after the documents were added):
+* textdp, 1 worker: the exact collapsed Gibbs chain (LDA(workers=1));
+* textdp, 2 workers: the approximate parallel sampler AD-LDA (LDA(workers=2); not the exact chain);
+* tomotopy, 1 worker (ParallelScheme.NONE) and 2 workers (ParallelScheme.DEFAULT, what tomotopy picks);
+* lda (single thread), one run only (it is 5x slower).
+The four textdp/tomotopy configurations run interleaved, --reps times (default 3), and the median is reported, so
+that the ratios compare runs made under the same machine load; CPU/wall (process CPU seconds over wall seconds)
+shows how many cores a run actually got. Perplexity is that of each configuration's first repetition.
 
 DP cost: seconds per sweep on the same corpus for the non-private kernel, HDP-LDA's step (sweep with the fixed
 noisy view + a discrete-Laplace release of the (V, K) counts every sweep, or every 5 sweeps) and OLP-LDA's asymmetric-prior kernel; LP-LDA runs
 the non-private kernel on its reconstructed corpus, so its per-token cost is reported with its one-off
 randomized-response encoding.
 
-Usage: python benchmarks/bench_topics.py [--quick] [--iterations N] [--test-docs N]
+Usage: python benchmarks/bench_topics.py [--quick] [--iterations N] [--test-docs N] [--reps N] [--no-lda]
   --quick: 30 iterations and 2000 test documents (for a busy machine); the full run is the default.
 """
 
@@ -19,9 +30,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import time
 
 import numpy as np
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg()) + f" ({os.cpu_count()} CPUs)"
+    except OSError:  # pragma: no cover
+        return "unknown"
 
 
 def main():
@@ -29,14 +48,17 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--iterations", type=int, default=None)
     ap.add_argument("--test-docs", type=int, default=None)
+    ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions of each textdp/tomotopy run")
+    ap.add_argument("--no-lda", action="store_true", help="skip the `lda` package (single thread, slow)")
     a = ap.parse_args()
     iters = a.iterations or (30 if a.quick else 200)
     n_test = a.test_docs or (2000 if a.quick else None)
+    reps = max(1, a.reps)
     K, alpha, beta = 20, 0.1, 0.01
 
     from textdp.data.datasets import load_dataset
     from textdp.noise import make_rng
-    from textdp.topics import HDPLDA, LDA, LPLDA, Corpus, perplexity
+    from textdp.topics import HDPLDA, LDA, Corpus, perplexity
     from textdp.topics.lda import GibbsState
     from textdp.topics.privacy import reconstruct_corpus, rr_encode, rr_estimate, rr_variance
 
@@ -49,72 +71,111 @@ def main():
     N = train.n_tokens
     print(f"20 Newsgroups train: {train.n_docs} documents, {N} tokens, V = {train.n_words}; "
           f"test: {test.n_docs} documents, {test.n_tokens} tokens")
-    print(f"K = {K}, alpha = {alpha}, beta = {beta}, {iters} iterations, single thread"
-          + ("  [--quick]" if a.quick else ""))
+    print(f"K = {K}, alpha = {alpha}, beta = {beta}, {iters} iterations" + ("  [--quick]" if a.quick else ""))
+    print(f"load average before: {_load()}")
 
-    # warm up numba (compilation is cached, but keep it out of the timing in any case)
+    # warm up numba (compilation is cached, but keep it out of the timing in any case), both samplers
     LDA(K, alpha, beta, 1, seed=0, ll_every=0).fit(train.subset(range(50)))
+    LDA(K, alpha, beta, 1, seed=0, ll_every=0, workers=2).fit(train.subset(range(50)))
 
-    rows = []
-    t0 = time.perf_counter()
-    ours = LDA(K, alpha, beta, iters, seed=0, ll_every=0).fit(train)
-    t_ours = time.perf_counter() - t0
-    rows.append(("textdp", t_ours, ours.topic_word))
+    def textdp_run(workers):
+        def run():
+            t0, c0 = time.perf_counter(), time.process_time()
+            m = LDA(K, alpha, beta, iters, seed=0, ll_every=0, workers=workers).fit(train)
+            return time.perf_counter() - t0, time.process_time() - c0, m.topic_word
+        return run
 
-    try:
-        import lda as lda_pkg
-        from scipy import sparse
-
-        logging.getLogger("lda").setLevel(logging.WARNING)
-        X = sparse.csr_matrix((np.ones(N, np.int64), (train.doc_ids, train.word_ids)),
-                              shape=(train.n_docs, train.n_words))
-        t0 = time.perf_counter()
-        m = lda_pkg.LDA(K, n_iter=iters, alpha=alpha, eta=beta, random_state=0, refresh=iters).fit(X)
-        rows.append(("lda " + lda_pkg.__version__, time.perf_counter() - t0, m.topic_word_))
-    except ImportError:
-        print("lda not installed (pip install lda): skipped")
-
+    configs = [("textdp exact CGS", 1, textdp_run(1)), ("textdp AD-LDA (approximate)", 2, textdp_run(2))]
     try:
         import tomotopy as tp
 
-        mdl = tp.LDAModel(k=K, alpha=alpha, eta=beta, seed=0)
-        mdl.optim_interval = 0
         voc = train.vocabulary
-        for d in train.documents():
-            mdl.add_doc([voc[i] for i in d])
-        t0 = time.perf_counter()
-        mdl.train(iters, workers=1, parallel=tp.ParallelScheme.NONE)
-        t_tp = time.perf_counter() - t0
         idx = {w: i for i, w in enumerate(voc)}
-        phi = np.zeros((K, len(voc)))
-        cols = [idx[w] for w in mdl.used_vocabs]
-        for k in range(K):
-            phi[k, cols] = mdl.get_topic_word_dist(k)
-        rows.append(("tomotopy " + tp.__version__, t_tp, phi))
+
+        def tomotopy_run(workers, scheme):
+            def run():
+                mdl = tp.LDAModel(k=K, alpha=alpha, eta=beta, seed=0)
+                mdl.optim_interval = 0
+                for d in train.documents():
+                    mdl.add_doc([voc[i] for i in d])
+                t0, c0 = time.perf_counter(), time.process_time()
+                mdl.train(iters, workers=workers, parallel=scheme)
+                secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+                phi = np.zeros((K, len(voc)))
+                cols = [idx[w] for w in mdl.used_vocabs]
+                for k in range(K):
+                    phi[k, cols] = mdl.get_topic_word_dist(k)
+                return secs, cpu, phi
+            return run
+
+        import warnings
+
+        warnings.filterwarnings("ignore", message="The training result may differ")  # tomotopy, workers != 1
+        configs += [(f"tomotopy {tp.__version__} (NONE)", 1, tomotopy_run(1, tp.ParallelScheme.NONE)),
+                    (f"tomotopy {tp.__version__} (DEFAULT)", 2, tomotopy_run(2, tp.ParallelScheme.DEFAULT))]
     except ImportError:
         print("tomotopy not installed (pip install tomotopy): skipped")
 
-    print("\nNon-private collapsed Gibbs sampling (same corpus, same run of this script)")
-    print(f"{'library':<18}{'seconds':>10}{'tokens/s':>14}{'perplexity':>12}")
-    ppl = {}
-    for name, secs, phi in rows:
-        p = perplexity(phi, test, alpha, rng=0)
-        ppl[name] = p
-        print(f"{name:<18}{secs:>10.1f}{N * iters / secs:>14,.0f}{p:>12.1f}")
-    base = rows[0]
-    for name, secs, _ in rows[1:]:
-        print(f"textdp / {name}: speed x{secs / base[1]:.2f}, perplexity ratio {ppl[base[0]] / ppl[name]:.3f}")
+    times = {name: [] for name, _, _ in configs}
+    cpus = {name: [] for name, _, _ in configs}
+    phis = {}
+    for _ in range(reps):  # interleaved: every configuration sees the same spread of machine load
+        for name, _, run in configs:
+            secs, cpu, phi = run()
+            times[name].append(secs)
+            cpus[name].append(cpu)
+            phis.setdefault(name, phi)
+    rows = [(name, w, float(np.median(times[name])), float(np.median(cpus[name]) / np.median(times[name])),
+             phis[name]) for name, w, _ in configs]
+
+    if not a.no_lda:
+        try:
+            import lda as lda_pkg
+            from scipy import sparse
+
+            logging.getLogger("lda").setLevel(logging.WARNING)
+            X = sparse.csr_matrix((np.ones(N, np.int64), (train.doc_ids, train.word_ids)),
+                                  shape=(train.n_docs, train.n_words))
+            t0, c0 = time.perf_counter(), time.process_time()
+            m = lda_pkg.LDA(K, n_iter=iters, alpha=alpha, eta=beta, random_state=0, refresh=iters).fit(X)
+            secs = time.perf_counter() - t0
+            rows.append((f"lda {lda_pkg.__version__} (one run)", 1, secs, (time.process_time() - c0) / secs,
+                         m.topic_word_))
+        except ImportError:
+            print("lda not installed (pip install lda): skipped")
+
+    print(f"\nNon-private LDA, 1 and 2 workers (median of {reps} interleaved repetitions; same corpus, same run)")
+    print(f"{'sampler':<32}{'workers':>8}{'seconds':>9}{'token-it/s':>14}{'CPU/wall':>10}{'perplexity':>12}")
+    ppl, rate = {}, {}
+    for name, w, secs, cw, phi in rows:
+        ppl[name] = perplexity(phi, test, alpha, rng=0)
+        rate[name] = N * iters / secs
+        print(f"{name:<32}{w:>8}{secs:>9.1f}{rate[name]:>14,.0f}{cw:>10.2f}{ppl[name]:>12.1f}")
+    names = [r[0] for r in rows]
+    t1, t2 = names[0], names[1]
+    print("ratios of token-iterations/s (perplexity ratio in brackets):")
+    print(f"  textdp 2 workers (AD-LDA) / 1 worker (exact): x{rate[t2] / rate[t1]:.2f} ({ppl[t2] / ppl[t1]:.3f})")
+    tomo = [n for n in names if n.startswith("tomotopy")]
+    if tomo:
+        o1, o2 = tomo
+        print(f"  tomotopy 2 workers / 1 worker: x{rate[o2] / rate[o1]:.2f} ({ppl[o2] / ppl[o1]:.3f})")
+        print(f"  textdp / tomotopy, 1 worker: x{rate[t1] / rate[o1]:.2f} ({ppl[t1] / ppl[o1]:.3f})")
+        print(f"  textdp / tomotopy, 2 workers: x{rate[t2] / rate[o2]:.2f} ({ppl[t2] / ppl[o2]:.3f})")
+    for n in names:
+        if n.startswith("lda "):
+            print(f"  textdp 1 worker / {n}: x{rate[t1] / rate[n]:.2f} ({ppl[t1] / ppl[n]:.3f})")
+    print(f"load average after: {_load()}")
 
     # --- cost of the DP variants per sweep on the same corpus ---------------------------------------------------
-    reps = max(3, min(10, iters // 10))
+    n_sweeps = max(3, min(10, iters // 10))
     st = GibbsState(train, K, alpha, beta, make_rng(1))
 
     def time_it(fn):
         fn()
         t = time.perf_counter()
-        for _ in range(reps):
+        for _ in range(n_sweeps):
             fn()
-        return (time.perf_counter() - t) / reps
+        return (time.perf_counter() - t) / n_sweeps
 
     t_plain = time_it(st.sweep)
     hdp = HDPLDA(K, epsilon=1.0, iterations=iters, alpha=alpha, beta=beta)
@@ -147,7 +208,7 @@ def main():
     st_lp = GibbsState(rc, K, alpha, beta, make_rng(3))
     t_lp = time_it(st_lp.sweep)
     per_tok = t_plain / N
-    print(f"\nCost per sweep ({reps} sweeps each, after one warm-up)")
+    print(f"\nCost per sweep ({n_sweeps} sweeps each, after one warm-up)")
     print(f"{'sampler':<44}{'s/sweep':>9}{'ns/token':>10}{'x non-private':>15}")
     for name, t, n in (("non-private (symmetric prior)", t_plain, N),
                        ("HDP-LDA, release every sweep", t_hdp, N),

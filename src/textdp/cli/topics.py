@@ -143,6 +143,9 @@ def train_command(
     flip: Optional[float] = typer.Option(None, "--flip", help="lp/olp: flip probability f in (0,1) instead of --epsilon."),
     delta: float = typer.Option(0.0, "--delta", help="hdp: δ > 0 uses the PLD accountant for (ε, δ)-DP."),
     iterations: int = typer.Option(200, "--iterations", "-i", help="Gibbs sweeps (olp: per mini-batch)."),
+    workers: int = typer.Option(1, "--workers", help="--privacy none: sampler threads. N > 1 runs the approximate "
+                                "parallel sampler AD-LDA (not the exact collapsed Gibbs chain; no inherent-privacy "
+                                "claim). The private methods always use the exact chain and refuse N > 1."),
     alpha: float = typer.Option(0.1, "--alpha", help="Symmetric document-topic prior α."),
     beta: float = typer.Option(0.01, "--beta", help="Symmetric topic-word prior β."),
     batch_size: int = typer.Option(1000, "--batch-size", help="olp: documents per mini-batch."),
@@ -189,9 +192,13 @@ def train_command(
     _refuse_unused_train_options(ctx, privacy, input, prior_corpus)
     vocab = _check_vocabulary_options(min_count, max_vocab, vocabulary, quiet)
     kw = dict(n_topics=k, alpha=alpha, beta=beta, iterations=iterations, seed=seed, ll_every=1)
+    if privacy != "none" and workers != 1:
+        raise ParameterError(f"--workers {workers}: the approximate parallel sampler (AD-LDA) is for --privacy none "
+                             f"only; --privacy {privacy} samples with the exact collapsed Gibbs chain (drop --workers)")
     if privacy == "none":
         if epsilon is not None or flip is not None:
             raise ParameterError("--epsilon/--flip need --privacy hdp, lp or olp")
+        kw |= dict(workers=workers)
     elif privacy == "hdp":
         if flip is not None:
             raise ParameterError("--flip is for lp/olp; hdp takes --epsilon")
@@ -288,6 +295,11 @@ def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy
     _print_warnings(warnings)  # before the work, so the curator can stop it
     if not quiet:
         _print_private(corpus, f"; vocabulary: {corpus.n_words} words ({_vocabulary_label(corpus.preprocessing)})")
+        if getattr(trainer, "workers", 1) > 1 and privacy == "none":
+            from textdp.topics.lda import approximate_sampler_note
+
+            err_console.print(f"note: {approximate_sampler_note(trainer.workers)}", highlight=False, markup=False,
+                              soft_wrap=True)
     total = iterations * (-(-corpus.n_input_docs // batch_size) if isinstance(trainer, OLPLDA) else 1)
     bar, cb = _sweep_bar(quiet, total)
     with bar:

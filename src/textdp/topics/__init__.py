@@ -9,6 +9,7 @@ Quick start::
     corpus = Corpus.from_texts(texts)   # the public vocabulary wordfreq-en-20k (vocabulary="corpus": not covered)
     model = LDA(n_topics=20, alpha=0.1, beta=0.01, iterations=200, seed=0).fit(corpus)
     model.top_words(10); model.perplexity(test_texts); model.save("my-model")
+    LDA(n_topics=20, workers=2).fit(corpus)   # approximate parallel sampler (AD-LDA): not the exact chain
 
 See ``docs/topics.md``.
 """
@@ -16,7 +17,7 @@ See ``docs/topics.md``.
 from textdp.mechanisms.registry import MechanismInfo, register
 from textdp.topics.corpus import Corpus, tokenize
 from textdp.topics.evaluation import fold_in, npmi_coherence, perplexity, top_word_ids
-from textdp.topics.lda import LDA, GibbsState
+from textdp.topics.lda import LDA, GibbsState, ParallelGibbsState
 from textdp.topics.model import TopicModel, load_model
 from textdp.topics.privacy import (
     DataDependentPrivacyWarning,
@@ -36,7 +37,7 @@ from textdp.topics.tradeoff import plot_privacy_utility, privacy_utility
 from textdp.topics.vocabulary import Vocabulary, public_vocabulary, read_vocabulary
 
 __all__ = [
-    "Corpus", "tokenize", "LDA", "GibbsState", "TopicModel", "load_model", "HDPLDA", "LPLDA", "OLPLDA",
+    "Corpus", "tokenize", "LDA", "GibbsState", "ParallelGibbsState", "TopicModel", "load_model", "HDPLDA", "LPLDA", "OLPLDA",
     "make_trainer", "fold_in", "perplexity", "npmi_coherence", "top_word_ids",
     "cgs_inherent_epsilon", "InherentPrivacy", "InherentPrivacyMonitor", "DataDependentPrivacyWarning",
     "lp_epsilon", "flip_for_epsilon", "rr_encode", "rr_estimate", "rr_variance", "reconstruct_corpus",

@@ -210,3 +210,68 @@ def token_log_prob(W, D, phi_wk, theta):
             acc += theta[d, k] * phi_wk[w, k]
         s += math.log(acc)
     return s
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Approximate parallel sampler (AD-LDA, Newman et al. 2009): NOT the exact collapsed Gibbs chain
+# ------------------------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def sweep_range_symmetric(W, D, Z, nwk, ndk, nk, alpha, beta, vbeta, U, start, end):
+    """One worker's part of an AD-LDA sweep: tokens ``start:end`` (whole documents), symmetric priors.
+
+    Same conditional as :func:`sweep_symmetric`, but ``nwk`` (V, K) int32 and ``nk`` (K,) int64 are the
+    worker's own copies of the topic-word counts, stale with respect to the other workers' moves during
+    the sweep (Newman, Asuncion, Smyth & Welling 2009, JMLR 10, Sec. 2.1, AD-LDA); ``ndk`` (M, K) int32 is
+    shared, each worker touching only the rows of its own documents. ``U`` (end - start,) float64 holds
+    this worker's uniforms. Per document it keeps q_k = (n_m^(k) + α) / (n_k + Vβ) and updates the two
+    entries a move changes, so a token costs one product per topic; the draw counts the cumulative
+    weights at or below u·Σ (the same index as :func:`_draw`, without a data-dependent branch).
+    Called from several threads at once (``nogil``), one per worker.
+    """
+    K = nk.shape[0]
+    p = np.empty(K, dtype=np.float64)
+    q = np.empty(K, dtype=np.float64)
+    cur = -1
+    for i in range(start, end):
+        w = W[i]
+        d = D[i]
+        k = Z[i]
+        if d != cur:
+            cur = d
+            for j in range(K):
+                q[j] = (ndk[d, j] + alpha) / (nk[j] + vbeta)
+        nwk[w, k] -= 1
+        ndk[d, k] -= 1
+        nk[k] -= 1
+        q[k] = (ndk[d, k] + alpha) / (nk[k] + vbeta)
+        cum = 0.0
+        for j in range(K):
+            cum += (nwk[w, j] + beta) * q[j]
+            p[j] = cum
+        target = U[i - start] * cum
+        k = 0
+        for j in range(K - 1):
+            k += p[j] <= target
+        Z[i] = k
+        nwk[w, k] += 1
+        ndk[d, k] += 1
+        nk[k] += 1
+        q[k] = (ndk[d, k] + alpha) / (nk[k] + vbeta)
+
+
+@njit(cache=True, nogil=True)
+def merge_worker_counts(nwk, local, row_start, row_end):
+    """AD-LDA's global update for word rows ``row_start:row_end``: n ← n + Σ_p (n_p − n), then every
+    worker's copy ← n. ``nwk`` (V, K) int32 the counts at the start of the sweep; ``local`` (P, V, K)
+    int32 the workers' copies after it. Row ranges are disjoint, so several threads merge at once."""
+    P = local.shape[0]
+    K = nwk.shape[1]
+    for v in range(row_start, row_end):
+        for k in range(K):
+            g = nwk[v, k]
+            s = g
+            for p in range(P):
+                s += local[p, v, k] - g
+            nwk[v, k] = s
+            for p in range(P):
+                local[p, v, k] = s

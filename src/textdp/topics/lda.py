@@ -9,12 +9,21 @@ Randomness: one explicit generator per run (:func:`textdp.noise.make_rng`; a
 ChaCha20 CSPRNG unless a seed is given). Each sweep draws its N uniforms from it
 in bulk and passes them to the numba kernel, which has no random state of its own.
 The global numpy state is never used.
+
+``LDA(workers=P)`` with P > 1 runs :class:`ParallelGibbsState`, an approximate parallel
+sampler (AD-LDA, Newman et al. 2009): documents are split across P threads, each
+sampling against its own stale copy of the topic-word counts, merged after every sweep.
+It is **not** the exact collapsed Gibbs chain, so no inherent-privacy claim
+(:func:`textdp.topics.cgs_inherent_epsilon`) is made for it, and the private trainers
+never use it.
 """
 
 from __future__ import annotations
 
 import math
 import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
@@ -25,7 +34,8 @@ from textdp.noise import make_rng, random_source
 from textdp.topics import _kernels as kern
 from textdp.topics.corpus import Corpus
 
-__all__ = ["LDA", "GibbsState", "check_hyperparameters"]
+__all__ = ["LDA", "GibbsState", "ParallelGibbsState", "check_hyperparameters", "check_workers",
+           "approximate_sampler_note"]
 
 
 def check_hyperparameters(n_topics, alpha, beta, iterations=1) -> tuple[int, float, float, int]:
@@ -45,6 +55,19 @@ def check_hyperparameters(n_topics, alpha, beta, iterations=1) -> tuple[int, flo
     if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
         raise ParameterError(f"iterations (--iterations) must be an integer >= 1, got {iterations!r}")
     return int(n_topics), float(alpha), float(beta), int(iterations)
+
+
+def check_workers(workers) -> int:
+    """Validate the number of sampler threads (an integer >= 1); raise ParameterError otherwise."""
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ParameterError(f"workers (--workers) must be an integer >= 1, got {workers!r}")
+    return int(workers)
+
+
+def approximate_sampler_note(workers: int) -> str:
+    """The statement that cards and the terminal carry for a run of the approximate parallel sampler."""
+    return (f"approximate parallel sampler (AD-LDA, Newman et al. 2009), {int(workers)} workers: not the exact "
+            "collapsed Gibbs chain; no inherent-privacy claim")
 
 
 def check_corpus(corpus: Corpus, n_topics: int) -> None:
@@ -142,6 +165,93 @@ class GibbsState:
         return bool(np.array_equal(nwk, self.nwk) and np.array_equal(ndk, self.ndk) and np.array_equal(nk, self.nk))
 
 
+class ParallelGibbsState(GibbsState):
+    """Approximate parallel CGS: AD-LDA (Newman, Asuncion, Smyth & Welling 2009, "Distributed algorithms
+    for topic models", JMLR 10, Sec. 2.1), ``workers`` = P >= 2 threads. **Not the exact collapsed Gibbs
+    chain**: during a sweep each worker samples its documents against its own copy of the topic-word
+    counts, which does not see the other workers' moves; after the sweep the copies are merged,
+    n_k^(w) ← n_k^(w) + Σ_p (n_{k,p}^(w) − n_k^(w)) (the same for n_k), and every worker starts the next
+    sweep from the merged counts. The counts stay exact tallies of the assignments after every merge
+    (:meth:`check_consistency` holds); what differs from the exact chain is the law of the moves. No
+    inherent-privacy bound (:func:`textdp.topics.cgs_inherent_epsilon`) applies to it.
+
+    Symmetric priors only. Documents are split into P contiguous groups of about N/P tokens (whole
+    documents). Arrays as in :class:`GibbsState`, plus ``local`` (P, V, K) int32 and ``local_nk`` (P, K)
+    int64, the workers' copies: memory (P + 1)·V·K·4 bytes for the topic-word counts.
+
+    Randomness: the initial assignments come from ``rng`` (the run's generator, as for
+    :class:`GibbsState`); each worker then draws its uniforms from its own PCG64 stream, seeded from
+    ``rng`` (``numpy.random.SeedSequence`` of 256 bits drawn from it, spawned P times), inside its
+    thread. PCG64 is not a cryptographic generator; no privacy is claimed for this sampler. A seeded run
+    is reproducible for a given P (the result does not depend on thread timing), and differs between
+    values of P. Threads: a ``concurrent.futures.ThreadPoolExecutor`` of P − 1 threads plus the caller's
+    (numba kernels and numpy's bulk draws release the GIL); :meth:`close` stops them.
+    """
+
+    def __init__(self, corpus: Corpus, n_topics: int, alpha: float, beta: float, rng: np.random.Generator,
+                 workers: int = 2):
+        P = check_workers(workers)
+        if P < 2:
+            raise ParameterError("ParallelGibbsState needs workers >= 2; use GibbsState for the exact chain")
+        super().__init__(corpus, n_topics, alpha, beta, rng)
+        self.workers = P
+        N = self.W.shape[0]
+        bounds = [0]
+        for p in range(1, P):  # split at the document boundary at or before token N·p/P
+            i = min(N, (N * p) // P)
+            if 0 < i < N:
+                i = int(np.searchsorted(self.D, self.D[i], side="left"))
+            bounds.append(max(i, bounds[-1]))
+        bounds.append(N)
+        self.bounds = np.asarray(bounds, dtype=np.int64)
+        self.row_bounds = np.linspace(0, self.V, P + 1).astype(np.int64)
+        self.local = np.empty((P, self.V, self.K), dtype=np.int32)
+        self.local[:] = self.nwk
+        self.local_nk = np.empty((P, self.K), dtype=np.int64)
+        self.local_nk[:] = self.nk
+        entropy = [int(x) for x in rng.integers(0, 2 ** 32, size=8, dtype=np.uint64)]
+        self.worker_rngs = [np.random.Generator(np.random.PCG64(s))
+                            for s in np.random.SeedSequence(entropy).spawn(P)]
+        self._U = [np.empty(int(self.bounds[p + 1] - self.bounds[p]), dtype=np.float64) for p in range(P)]
+        self._pool = ThreadPoolExecutor(max_workers=P - 1, thread_name_prefix="textdp-adlda")
+        self._finalizer = weakref.finalize(self, self._pool.shutdown, wait=False)
+
+    def set_prior(self, beta_wk: np.ndarray | None) -> None:
+        if beta_wk is not None:
+            raise ParameterError("the approximate parallel sampler (workers > 1) supports the symmetric prior only")
+        super().set_prior(None)
+
+    def sweep_with_view(self, phi_wk: np.ndarray) -> None:
+        raise ParameterError("the approximate parallel sampler (workers > 1) has no fixed-view sweep; HDP-LDA "
+                             "uses the exact sampler")
+
+    def _run(self, fn) -> None:
+        futures = [self._pool.submit(fn, p) for p in range(1, self.workers)]
+        fn(0)
+        for f in futures:
+            f.result()
+
+    def _sample_part(self, p: int) -> None:
+        U = self._U[p]
+        self.worker_rngs[p].random(out=U)
+        kern.sweep_range_symmetric(self.W, self.D, self.Z, self.local[p], self.ndk, self.local_nk[p], self.alpha,
+                                   self.beta, self.V * self.beta, U, int(self.bounds[p]), int(self.bounds[p + 1]))
+
+    def _merge_part(self, p: int) -> None:
+        kern.merge_worker_counts(self.nwk, self.local, int(self.row_bounds[p]), int(self.row_bounds[p + 1]))
+
+    def sweep(self) -> None:
+        """One AD-LDA sweep: every worker samples its documents against its own copy, then the merge."""
+        self._run(self._sample_part)
+        self._run(self._merge_part)
+        self.nk += (self.local_nk - self.nk).sum(axis=0)
+        self.local_nk[:] = self.nk
+
+    def close(self) -> None:
+        """Stop the worker threads (also done when the state is garbage-collected)."""
+        self._finalizer()
+
+
 Callback = Callable[[int, "float | None", GibbsState], None]
 
 
@@ -151,7 +261,12 @@ class LDA:
     Parameters: ``n_topics`` K >= 1; symmetric ``alpha`` (doc-topic) and ``beta``
     (topic-word) > 0; ``iterations`` sweeps; ``seed`` None (CSPRNG) or int
     (reproducible, not for release); ``ll_every``: compute the log-likelihood every
-    this many sweeps (0 = never; the last sweep always).
+    this many sweeps (0 = never; the last sweep always); ``workers``: sampler threads.
+    ``workers=1`` (default) is the exact collapsed Gibbs chain. ``workers > 1`` runs the
+    approximate parallel sampler AD-LDA (:class:`ParallelGibbsState`; Newman et al. 2009):
+    not the exact chain, so its card says so, no inherent-privacy claim is made, and
+    ``fit`` refuses an :class:`textdp.topics.InherentPrivacyMonitor` callback
+    (ParameterError).
 
     ``fit(corpus, callback=None)`` returns a :class:`TopicModel` whose topic-word
     matrix is φ from the final sample. ``callback(iteration, loglik_or_None, state)``
@@ -162,37 +277,59 @@ class LDA:
     privacy = "none"
 
     def __init__(self, n_topics: int = 20, alpha: float = 0.1, beta: float = 0.01, iterations: int = 200,
-                 seed: int | None = None, ll_every: int = 10):
+                 seed: int | None = None, ll_every: int = 10, workers: int = 1):
         self.n_topics, self.alpha, self.beta, self.iterations = check_hyperparameters(n_topics, alpha, beta,
                                                                                       iterations)
         self.seed = seed
         self.ll_every = int(ll_every)
+        self.workers = check_workers(workers)
 
     @property
     def guarantee(self):
+        if self.workers > 1:
+            return NoPrivacy(reason="non-private LDA by an " + approximate_sampler_note(self.workers))
         return NoPrivacy(reason="non-private collapsed Gibbs sampling (its inherent privacy is data-dependent; "
                                 "see textdp.topics.cgs_inherent_epsilon)")
 
     def params(self) -> dict:
-        return {"n_topics": self.n_topics, "alpha": self.alpha, "beta": self.beta, "iterations": self.iterations}
+        p = {"n_topics": self.n_topics, "alpha": self.alpha, "beta": self.beta, "iterations": self.iterations}
+        if self.workers > 1:  # the exact sampler's parameters (and its cards) stay as they were
+            p |= {"workers": self.workers, "sampler": "AD-LDA (approximate parallel, not the exact chain)"}
+        return p
 
     def fit(self, corpus: Corpus, callback: Callback | None = None):
         from textdp.topics.model import TopicModel
 
+        from textdp.topics.privacy import InherentPrivacyMonitor
+
+        if self.workers > 1 and isinstance(callback, InherentPrivacyMonitor):
+            raise ParameterError("the inherent privacy of collapsed Gibbs sampling is a property of the exact chain; "
+                                 f"workers={self.workers} runs the approximate parallel sampler (AD-LDA): use workers=1")
         check_corpus(corpus, self.n_topics)
         src = random_source(self.seed)
         rng = src.generator()
         t0 = time.perf_counter()
-        state = GibbsState(corpus, self.n_topics, self.alpha, self.beta, rng)
-        lls = run_sweeps(state, self.iterations, self.ll_every, callback)
+        accounting = {"mechanism": "none", "note": "no privacy: topic-word counts are released as is"}
+        seed = src.describe()
+        if self.workers > 1:
+            state = ParallelGibbsState(corpus, self.n_topics, self.alpha, self.beta, rng, self.workers)
+            accounting["sampler"] = approximate_sampler_note(self.workers)
+            seed["sampler_generator"] = ("PCG64, one stream per worker, seeded from the run's generator "
+                                         "(not cryptographic; no privacy is claimed)")
+        else:
+            state = GibbsState(corpus, self.n_topics, self.alpha, self.beta, rng)
+        try:
+            lls = run_sweeps(state, self.iterations, self.ll_every, callback)
+        finally:
+            if self.workers > 1:
+                state.close()
         secs = time.perf_counter() - t0
         return TopicModel(
             topic_word=state.phi(), vocabulary=list(corpus.vocabulary), alpha=self.alpha, beta=self.beta,
-            method="lda", params=self.params(), guarantee=self.guarantee,
-            accounting={"mechanism": "none", "note": "no privacy: topic-word counts are released as is"},
+            method="lda", params=self.params(), guarantee=self.guarantee, accounting=accounting,
             info={"preprocessing": corpus.preprocessing},
             private=_private_facts(corpus, secs, lls),
-            seed=src.describe(), topic_word_counts=state.nwk.T.copy(),
+            seed=seed, topic_word_counts=state.nwk.T.copy(),
         )
 
 

@@ -112,6 +112,10 @@ def cgs_inherent_epsilon(counts: np.ndarray, t: int, t_prime: int, beta: float, 
     * One sweep (sequential composition): ε_iter = ε_rep + (n_t − 1)·ε_t + n_t'·ε_t'.
       Over T sweeps: basic composition, ε_total = T·ε_iter.
 
+    The bound is a property of the exact collapsed Gibbs chain (``LDA(workers=1)``,
+    :class:`textdp.topics.GibbsState`); it does not apply to the approximate parallel
+    sampler (``LDA(workers>1)``, AD-LDA), whose workers sample against stale counts.
+
     The V-dependent variant (the replaced token's topic differs between D and D')
     is not implemented. Warns :class:`DataDependentPrivacyWarning` (``warn=False``
     silences it): the value depends on private counts and must not be published.
@@ -157,7 +161,8 @@ class InherentPrivacyMonitor:
     counts after every sweep ("privacy monitoring") and composes them (basic composition).
 
     ``per_iteration`` lists ε_iter per sweep; ``total`` their sum. Data-dependent:
-    warns once, never publish the values.
+    warns once, never publish the values. Exact sampler only: ``LDA(workers>1).fit``
+    (the approximate parallel sampler) refuses this callback with ParameterError.
     """
 
     def __init__(self, t: int, t_prime: int, beta: float):

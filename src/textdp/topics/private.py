@@ -25,7 +25,15 @@ from textdp.errors import InputError, ParameterError
 from textdp.noise import discrete_laplace, random_source
 from textdp.noise.keyed import ReleaseKey
 from textdp.topics.corpus import Corpus
-from textdp.topics.lda import Callback, GibbsState, _private_facts, check_corpus, check_hyperparameters, run_sweeps
+from textdp.topics.lda import (
+    Callback,
+    GibbsState,
+    _private_facts,
+    check_corpus,
+    check_hyperparameters,
+    check_workers,
+    run_sweeps,
+)
 from textdp.topics.privacy import (
     RRReports,
     bayes_denoise,
@@ -38,6 +46,15 @@ from textdp.topics.privacy import (
 )
 
 __all__ = ["HDPLDA", "LPLDA", "OLPLDA", "laplace_composition", "HDP_MAX_SCALE"]
+
+
+def refuse_parallel_sampler(method: str, workers) -> None:
+    """ParameterError unless ``workers`` is 1: a private trainer samples with the exact collapsed Gibbs chain;
+    the approximate parallel sampler (AD-LDA, ``LDA(workers>1)``) is for the non-private LDA only."""
+    if check_workers(workers) != 1:
+        raise ParameterError(f"{method} samples with the exact collapsed Gibbs chain; workers={workers} (the "
+                             "approximate parallel sampler AD-LDA) is for the non-private LDA only: use workers=1")
+
 
 #: largest discrete-Laplace scale HDP-LDA accepts: textdp.noise.discrete_laplace takes scales below 2^49
 #: (exact rational arithmetic); 2^48 leaves room for its rounding up. Sets the smallest ε: Δ₁·releases/2^48.
@@ -148,13 +165,18 @@ class HDPLDA:
     document-topic counts are never released. ε must be at least Δ₁·R/2^48
     (:data:`HDP_MAX_SCALE`, the exact sampler's noise scale limit; 2.85e-10 with the
     defaults), else ParameterError at construction.
+
+    Sampler: always the exact single-thread chain. ``workers`` exists only to refuse values
+    other than 1 with a clear ParameterError: the approximate parallel sampler (AD-LDA,
+    ``LDA(workers>1)``) is for the non-private LDA only.
     """
 
     privacy = "hdp"
 
     def __init__(self, n_topics: int = 20, epsilon: float = 1.0, alpha: float = 0.1, beta: float = 0.01,
                  iterations: int = 100, sweeps_per_release: int = 1, delta: float = 0.0, unit: str = "document",
-                 max_doc_length: int = 200, seed: int | None = None, ll_every: int = 10):
+                 max_doc_length: int = 200, seed: int | None = None, ll_every: int = 10, workers: int = 1):
+        refuse_parallel_sampler("HDP-LDA", workers)
         self.n_topics, self.alpha, self.beta, self.iterations = check_hyperparameters(n_topics, alpha, beta,
                                                                                       iterations)
         self.epsilon = _check_eps(epsilon)
@@ -304,6 +326,11 @@ class LPLDA:
     ``epsilon`` (then f = 2/(e^{ε/2} + 1)). ``threshold``: drop words whose estimate
     is within ``threshold`` standard deviations of 0. The vocabulary must be public
     for the guarantee to cover it (see :mod:`textdp.topics.corpus`).
+
+    ``workers``: threads of the users' randomized-response encoding only (the reports, and
+    so the model, are the same for any value). The Gibbs sampler on the reconstructed
+    corpus is always the exact single-thread chain, never the approximate parallel
+    sampler of ``LDA(workers>1)``.
     """
 
     privacy = "lp"
