@@ -132,3 +132,26 @@ def test_word_list_cache_equals_the_parquet_and_follows_the_file(tmp_path):
         pq.write_table(pa.table({"word": edge}), e)
         assert core._cached_word_list(e) == edge
         assert core._cached_word_list(e) == edge
+
+
+def test_word_index_answers_as_the_full_dict(monkeypatch):
+    """The two-tier index of a large table gives the first-occurrence row of every word, as the
+    dict of all words does, and builds that dict only for a word outside its first tier."""
+    monkeypatch.setattr(core.WordIndex, "FIRST", 4)
+    words = ["the", "a", "of", "a", "to", "in", "the", "zebra", "okapi"]  # repeats: first occurrence wins
+    idx = core.WordIndex(words)
+    ref = {}
+    for i, w in enumerate(words):
+        ref.setdefault(w, i)
+    assert idx["a"] == 1 and "of" in idx and idx.get("the") == 0
+    assert idx._full is None  # first-tier words only so far
+    for w in [*words, "missing", ""]:
+        assert (w in idx) == (w in ref) and idx.get(w, -1) == ref.get(w, -1)
+    assert idx["zebra"] == 7 and idx._full is not None
+    with pytest.raises(KeyError):
+        idx["missing"]
+    assert len(idx) == len(ref) and list(idx) == list(ref) and dict(idx) == ref
+    vec = np.zeros((len(words), 2), dtype=np.float32)
+    emb = core.Embeddings(words, vec, source="memory")  # 9 words > 2 * FIRST: a WordIndex
+    assert isinstance(emb.index, core.WordIndex)
+    assert emb.rows(["okapi", "a", "the"]).tolist() == [8, 1, 0] and "zebra" in emb and "x" not in emb
