@@ -155,3 +155,6 @@ def test_word_index_answers_as_the_full_dict(monkeypatch):
     emb = core.Embeddings(words, vec, source="memory")  # 9 words > 2 * FIRST: a WordIndex
     assert isinstance(emb.index, core.WordIndex)
     assert emb.rows(["okapi", "a", "the"]).tolist() == [8, 1, 0] and "zebra" in emb and "x" not in emb
+    assert core.WordIndex(words).rows(["a", "the"]).tolist() == [1, 0] and emb.rows([]).dtype == np.int64
+    with pytest.raises(KeyError):
+        emb.rows(["a", "missing"])

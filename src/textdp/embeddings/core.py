@@ -73,6 +73,15 @@ class WordIndex(Mapping):
     def __contains__(self, word) -> bool:
         return word in self._head or word in self._all()
 
+    def rows(self, words) -> np.ndarray:
+        """int64 rows of ``words`` (KeyError for a word not in the table), in one pass."""
+        get = self._head.get
+        found = [get(w) for w in words]
+        if None in found:
+            full = self._all()
+            found = [full[w] if r is None else r for w, r in zip(words, found)]
+        return np.asarray(found, dtype=np.int64).reshape(len(found))
+
     def __iter__(self):
         return iter(self._all())
 
@@ -129,7 +138,10 @@ class Embeddings:
 
     def rows(self, words: list[str]) -> np.ndarray:
         """Row indices of ``words`` (all must be in the vocabulary)."""
-        return np.fromiter((self.index[w] for w in words), dtype=np.int64, count=len(words))
+        idx = self.index
+        if isinstance(idx, WordIndex):
+            return idx.rows(words)
+        return np.fromiter((idx[w] for w in words), dtype=np.int64, count=len(words))
 
     def tokenizer(self):
         """The tokenizer that matches this vocabulary."""
