@@ -52,9 +52,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from scipy.stats import binom
 
-from textdp.audit.oracle import zoo_oracle
+from textdp.audit.oracle import binom_pmf, zoo_oracle
 from textdp.audit.stats import EpsilonBound, SelectedEvent, check_alpha, empirical_epsilon_lower_bound, selected_event_bound
 from textdp.errors import ParameterError
 from textdp.mechanisms.zoo import ZOO, ZooMechanism, make_zoo_mechanism, use_numpy_backend
@@ -509,7 +508,7 @@ def audit_mechanism(
         gens = src.spawn(len(parts))
         k = np.arange(n + 1)
         for (p, v, total), g in zip(parts, gens):
-            pmf = binom.pmf(k, n, mech.zoo.bit_probability(v))
+            pmf = binom_pmf(k, n, mech.zoo.bit_probability(v))  # scipy.stats' values, without its import
             pmf = pmf / pmf.sum()
             hists[(p, v)][0] = g.multinomial(total, pmf).astype(np.int64)
             if progress:
