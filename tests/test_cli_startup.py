@@ -32,7 +32,7 @@ def _loaded_after(argv: list[str], tmp_path, env: dict | None = None) -> tuple[i
         else:
             rc = 0
         mods = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r} and "." not in m
-                      or m.startswith("textdp."))
+                      or m.startswith("textdp.") or m == "scipy.stats")
         sys.__stderr__.write("\\nLOADED " + json.dumps([rc, mods]) + "\\n")
     """)
     full_env = {**os.environ, "TEXTDP_LEDGER_DIR": str(tmp_path / "ledgers"), "COLUMNS": "100", **(env or {})}
@@ -70,11 +70,11 @@ def test_one_line_plain_text_sanitize_needs_no_pandas_numba_or_scipy(tmp_path, s
     assert not mods & {"pandas", "pyarrow", "numba", "scipy", "matplotlib", "torch"}, mods & set(HEAVY)
 
 
-def test_audit_grid_without_plot_does_not_import_matplotlib(tmp_path):
+def test_audit_grid_without_plot_does_not_import_matplotlib_or_scipy_stats(tmp_path):
     rc, mods, out = _loaded_after(["audit", "--grid", "habernal2022", "-m", "laplace", "-e", "1", "-n", "1", "-N",
                                    "1000", "-o", "res", "-q"], tmp_path)
     assert rc == 0, out
-    assert "matplotlib" not in mods
+    assert "matplotlib" not in mods and "scipy.stats" not in mods
     assert sorted(p.name for p in (tmp_path / "res").iterdir()) == ["habernal2022.csv", "habernal2022.json"]
 
 

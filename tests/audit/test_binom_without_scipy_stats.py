@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from scipy.stats import binom, norm
@@ -29,3 +32,9 @@ def test_normal_quantile_of_the_published_check_equals_scipy_stats():
 
     for q in (0.005, 0.005 / 252, 0.005 / 24, 1e-9):
         assert float(-ndtri(q)) == float(norm.isf(q))
+
+
+def test_the_audit_package_does_not_import_scipy_stats():
+    code = "import sys, textdp.audit, textdp.audit.grid; print('scipy.stats' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
