@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-__all__ = ["given", "option_name", "refuse_unused"]
+__all__ = ["given", "option_name", "refuse_unused", "opt_device"]
 
 
 def given(ctx: typer.Context, name: str) -> bool:
@@ -23,6 +23,13 @@ def option_name(ctx: typer.Context, name: str) -> str:
         if p.name == name:
             return next((o for o in p.opts if o.startswith("--")), p.opts[0] if p.opts else name)
     return name
+
+
+def opt_device(default: str = "cpu"):
+    """The ``--device auto|cpu|cuda`` option (:mod:`textdp.models.device`), the same in every command."""
+    from textdp.models.device import DEVICE_HELP
+
+    return typer.Option(default, "--device", help=DEVICE_HELP)
 
 
 def refuse_unused(ctx: typer.Context, why: str, *names: str) -> None:

@@ -12,6 +12,7 @@ import typer
 from textdp.cli._common import (
     err_console, handle_errors, opt_json, opt_output, opt_overwrite, opt_quiet, opt_seed, print_json, progress,
 )
+from textdp.cli._options import opt_device
 
 attack_app = typer.Typer(help="Attacks on text models: model inversion (Text Revealer, VTG, VMI).",
                          no_args_is_help=True)
@@ -40,6 +41,7 @@ def invert(
     gen_length: Optional[int] = typer.Option(None, "--gen-length", help="Tokens generated after each template (default: mean private length, capped by the preset)."),
     dp_epsilon: Optional[float] = typer.Option(None, "--dp-epsilon", help="Target epsilon of DP-SGD (example-level, whole training run; default 8). The defended target is a DP linear probe on frozen mean-pooled features."),
     santext_epsilon: Optional[float] = typer.Option(None, "--santext-epsilon", help="SanText epsilon (per token, metric DP; default 5: at 3 the cpu-preset target learned nothing)."),
+    device: str = opt_device(),
     overwrite: bool = opt_overwrite(),
     quiet: bool = opt_quiet(),
     json_out: bool = opt_json(),
@@ -69,6 +71,9 @@ def invert(
     if seeds < 1:
         raise ParameterError(f"--seeds must be >= 1, got {seeds}")
     from textdp.cli._options import refuse_unused  # options that do not apply are refused, never ignored
+    from textdp.models.device import resolve_device
+
+    device = resolve_device(device)  # cuda without a visible device: one line, exit 2, before any work
 
     d = defence.strip().lower()
     if d != "dpsgd":
@@ -112,7 +117,7 @@ def invert(
 
         log = (lambda s: None) if quiet else (lambda s: err_console.print(s, highlight=False, markup=False))
         report = run_inversion(dataset, methods=methods, defence=defence.strip().lower(), preset=cfg,
-                               seeds=seed_list, progress=prog, log=log)
+                               seeds=seed_list, progress=prog, log=log, device=device)
     write_report(report, out, overwrite=overwrite)
     if json_out:
         print_json({"output": str(out), "summary": report.summary.to_dict(orient="records"),

@@ -16,6 +16,7 @@ __all__ = ["register", "evaluate_command"]
 
 
 from textdp.cli._common import split_list as _split  # noqa: E402  (strict comma lists, shared)
+from textdp.cli._options import opt_device  # noqa: E402
 
 
 @handle_errors
@@ -68,6 +69,7 @@ def evaluate_command(
                                 "e.g. 2 on a 2-core machine). Results do not depend on N."),
     output: Path = typer.Option(Path("evaluate-output"), "--output", "-o", help="Report folder (results.csv, "
                                 "results.json, *.png, report.html; cache/ lets an interrupted sweep resume)."),
+    device: str = opt_device(),
     seed: Optional[int] = opt_seed(),
     overwrite: bool = opt_overwrite(),
     quiet: bool = opt_quiet(),
@@ -99,7 +101,10 @@ def evaluate_command(
         if not v.strip():
             raise ParameterError(f"{opt} is empty; give a column name of the TRAIN,TEST files")
     _refuse_unused_options(ctx, dataset, mech_list, atk, model, mlm, pretraining)
-    cfg = SweepConfig(dataset=dataset, text_column=text_column, label_column=label_column, mechanisms=mech_list, epsilons=eps_vals, model=model, max_docs=max_docs,
+    from textdp.models.device import resolve_device
+
+    device = resolve_device(device)  # cuda without a visible device: one line, exit 2, before any work
+    cfg = SweepConfig(device=device, dataset=dataset, text_column=text_column, label_column=label_column, mechanisms=mech_list, epsilons=eps_vals, model=model, max_docs=max_docs,
                       embeddings=embeddings, output_vocabulary=output_vocabulary, frequencies=frequencies,
                       w=w, p=p, attacks=atk, prior=prior, mlm=mlm, mlm_preset=mlm_preset,
                       max_attack_tokens=max_attack_tokens, max_mask_positions=max_mask_positions, seed=seed,
@@ -131,7 +136,7 @@ def evaluate_command(
         say = (lambda s: None) if quiet else (lambda s: err_console.print(f"[dim]{esc(str(s))}[/]"))
         res = compare_pretraining(dataset, mech_list[0], eps_vals[0], preset=pretraining, embeddings=embeddings,
                                   seed=seed, stage=say, encoder=pretraining_encoder, text_column=text_column,
-                                  label_column=label_column)
+                                  label_column=label_column, device=device)
         from textdp.evaluate.report import NOT_A_RELEASE
 
         res = {**res, "dp_release": False, "note": NOT_A_RELEASE}
@@ -284,6 +289,9 @@ def _refuse_unused_options(ctx: typer.Context, dataset: str, mechanisms: list[st
     if model.strip().lower() == "tfidf":
         refuse_unused(ctx, "sets the fine-tuning epochs of a transformer --model (minilm or a model folder); "
                            "--model tfidf trains no epochs", "epochs")
+        if "mask" not in attacks:
+            refuse_unused(ctx, f"places the torch models (a transformer --model, the mask-token attack's MLM); "
+                               f"--model tfidf with --attacks {shown} uses none", "device")
 
 
 def register(app: typer.Typer) -> None:

@@ -104,21 +104,23 @@ def pretrain_preset(name: str, encoder: str = "word-mlm") -> PretrainPreset:
     return table[name]
 
 
-def _word_encoders(preset: PretrainPreset, corpus: str, pub_texts, al, mseed: int, say, tmp: Path) -> tuple[dict, dict]:
+def _word_encoders(preset: PretrainPreset, corpus: str, pub_texts, al, mseed: int, say, tmp: Path,
+                   device: str = "cpu") -> tuple[dict, dict]:
     from textdp.models.mlm import PRESETS, MaskedLM, default_mlm, tokenize_words
 
     say(f"plain encoder: MLM ({preset.mlm_preset}) on clean {corpus}")
     if preset.train_from_scratch:
-        plain = MaskedLM.train_new(tokenize_words(pub_texts), PRESETS[preset.mlm_preset], seed=mseed, corpus=corpus)
+        plain = MaskedLM.train_new(tokenize_words(pub_texts), PRESETS[preset.mlm_preset], seed=mseed, corpus=corpus,
+                                   device=device)
     else:
-        plain = default_mlm(corpus, preset.mlm_preset)
+        plain = default_mlm(corpus, preset.mlm_preset, device=device)
     mp = replace(PRESETS[preset.mlm_preset], max_docs=None)
     say(f"sanitization-aware encoder: {preset.extra_steps} MLM steps, sanitized inputs -> original labels")
     aware = MaskedLM(copy.deepcopy(plain.model), plain.vocab, {**plain.info, "losses": []})
-    aware.train(al.sanitized, targets=al.original, preset=mp, steps=preset.extra_steps, seed=mseed + 1)
+    aware.train(al.sanitized, targets=al.original, preset=mp, steps=preset.extra_steps, seed=mseed + 1, device=device)
     say(f"control encoder: {preset.extra_steps} more MLM steps on clean public text")
     control = MaskedLM(copy.deepcopy(plain.model), plain.vocab, {**plain.info, "losses": []})
-    control.train(al.original, preset=mp, steps=preset.extra_steps, seed=mseed + 1)
+    control.train(al.original, preset=mp, steps=preset.extra_steps, seed=mseed + 1, device=device)
     paths = {name: str(m.save(tmp / name)) for name, m in (("plain", plain), ("control", control),
                                                             ("sanitization_aware", aware))}
     # fine-tuning cannot use more positions than the MLM learned (16 for the small preset)
@@ -127,17 +129,18 @@ def _word_encoders(preset: PretrainPreset, corpus: str, pub_texts, al, mseed: in
                    "pooling": "cls"}
 
 
-def _minilm_encoders(preset: PretrainPreset, al, mseed: int, say, tmp: Path, base: str) -> tuple[dict, dict]:
+def _minilm_encoders(preset: PretrainPreset, al, mseed: int, say, tmp: Path, base: str,
+                     device: str = "cpu") -> tuple[dict, dict]:
     from textdp.models.mlm import EncoderMLM, EncoderMLMPreset
 
     ep = EncoderMLMPreset(steps=preset.extra_steps, batch_size=preset.mlm_batch_size, max_len=preset.mlm_max_len,
                           lr=preset.mlm_lr, head_lr=preset.mlm_head_lr, warmup=max(1, preset.extra_steps // 10))
     say(f"sanitization-aware MiniLM: {preset.extra_steps} MLM steps (fresh tied head), sanitized -> original")
     aware = EncoderMLM.from_encoder(base, seed=mseed)
-    aware.train(al.sanitized, targets=al.original, preset=ep, seed=mseed + 1)
+    aware.train(al.sanitized, targets=al.original, preset=ep, seed=mseed + 1, device=device)
     say(f"control MiniLM: {preset.extra_steps} MLM steps on clean public text")
     control = EncoderMLM.from_encoder(base, seed=mseed)
-    control.train(al.original, preset=ep, seed=mseed + 1)
+    control.train(al.original, preset=ep, seed=mseed + 1, device=device)
     paths = {"plain": base, "control": str(control.save(tmp / "control")),
              "sanitization_aware": str(aware.save(tmp / "sanitization_aware"))}
     # one pooling for all three: the continued folders lack the sentence-transformers files, so
@@ -149,7 +152,8 @@ def compare_pretraining(dataset: str = "rotten-tomatoes", mechanism: str = "sant
                         preset: str | PretrainPreset = "tiny", embeddings: str = "glove-6b-50d",
                         seed: int | None = None, corpus: str | None = None,
                         stage: Callable[[str], None] | None = None, encoder: str = "word-mlm",
-                        base_model: str = "minilm", text_column: str = "text", label_column: str = "label") -> dict:
+                        base_model: str = "minilm", text_column: str = "text", label_column: str = "label",
+                        device: str = "cpu") -> dict:
     """Run the protocol of the module docstring; returns a dict with the task scores
     (``plain``, ``control``, ``sanitization_aware``: accuracy on sanitized test text),
     ``gain`` (aware − plain), ``gain_vs_control``, the continued-training losses
@@ -159,7 +163,8 @@ def compare_pretraining(dataset: str = "rotten-tomatoes", mechanism: str = "sant
     ``encoder``: ``"word-mlm"`` or ``"minilm"`` (``base_model`` then names the encoder
     folder, default the packaged MiniLM). ``text_column`` / ``label_column``: the columns
     of a ``TRAIN,TEST`` file pair. ``epsilon`` is per token; ``seed`` makes the
-    sanitization, masking and fine-tuning reproducible (not for release).
+    sanitization, masking and fine-tuning reproducible (not for release). ``device``: ``auto``,
+    ``cpu`` (default) or ``cuda``: where the encoders are trained and fine-tuned.
     Raises ParameterError / InputError / MissingPackageError."""
     from textdp.data.datasets import load_dataset
     from textdp.evaluate.privacy import aligned_tokens
@@ -168,6 +173,9 @@ def compare_pretraining(dataset: str = "rotten-tomatoes", mechanism: str = "sant
     from textdp.models.mlm import public_corpus_for
     from textdp.sanitize import make_mechanism
 
+    from textdp.models.device import resolve_device
+
+    device = resolve_device(device)
     if encoder not in ENCODERS:
         raise ParameterError(f"unknown pretraining encoder {encoder!r}; use {', '.join(ENCODERS)}")
     if isinstance(preset, str):
@@ -203,14 +211,14 @@ def compare_pretraining(dataset: str = "rotten-tomatoes", mechanism: str = "sant
     scores = {}
     with tempfile.TemporaryDirectory(prefix="textdp-pretrain-") as tmp:
         if encoder == "word-mlm":
-            paths, losses = _word_encoders(preset, corpus, pub_texts, al, mseed, say, Path(tmp))
+            paths, losses = _word_encoders(preset, corpus, pub_texts, al, mseed, say, Path(tmp), device)
         else:
-            paths, losses = _minilm_encoders(preset, al, mseed, say, Path(tmp), base_model)
+            paths, losses = _minilm_encoders(preset, al, mseed, say, Path(tmp), base_model, device)
         for name in ("plain", "control", "sanitization_aware"):
             say(f"fine-tuning the {name} encoder on sanitized {dataset}")
             model = TransformerModel(paths[name], epochs=preset.epochs, lr=preset.lr, batch_size=preset.batch_size,
                                      max_len=losses.get("max_len", preset.max_len), seed=mseed,
-                                     pooling=losses["pooling"])
+                                     pooling=losses["pooling"], device=device)
             model.fit(s_tr, train["label"].tolist())
             scores[name] = score(test["label"].tolist(), model.predict(s_te), "classification")
     majority = float(test["label"].value_counts(normalize=True).max())

@@ -86,7 +86,9 @@ class SweepConfig:
     paper's choice: the words of the evaluated texts), ``full`` (the whole embedding
     table) or the path of a word-list file. ``frequencies``: how SanText+ ranks its
     sensitive set, ``public`` (default), ``wordfreq`` or ``corpus`` (the paper's choice;
-    the old default). Both are part of the cache key.
+    the old default). Both are part of the cache key. ``device``: ``auto``, ``cpu``
+    (default) or ``cuda`` (:func:`textdp.models.device.resolve_device`): where a transformer
+    ``model`` and the attack MLM run; a GPU's cells are cached apart from the CPU's.
     """
 
     dataset: str = "rotten-tomatoes"
@@ -110,8 +112,12 @@ class SweepConfig:
     model_options: dict = field(default_factory=dict)
     text_column: str = "text"
     label_column: str = "label"
+    device: str = "cpu"
 
     def validate(self) -> "SweepConfig":
+        from textdp.models.device import resolve_device
+
+        self.device = resolve_device(self.device)  # cuda without a visible device: refused here
         from textdp.sanitize import MECHANISMS
 
         mechs = []
@@ -193,6 +199,10 @@ class SweepConfig:
         d = asdict(self)
         for k in ("mechanisms", "epsilons"):
             d.pop(k)
+        if d.get("device", "cpu") == "cpu":  # the keys of CPU sweeps as before the option existed
+            d.pop("device", None)
+        else:
+            d["device"] = "cuda"
         d["model_options"] = {k: v for k, v in sorted(self.model_options.items()) if not callable(v)}
         d["v"] = _CACHE_VERSION
         parts = [x for x in str(self.dataset).split(",") if x]
@@ -464,10 +474,12 @@ def _mlm(cfg: SweepConfig, state: dict, say):
         if cfg.mlm:
             say(f"loading masked LM {cfg.mlm}")
             state["mlm"] = load_mlm(cfg.mlm)
+            if cfg.device != "cpu":
+                state["mlm"].to(cfg.device)
         else:
             corpus = public_corpus_for(cfg.dataset)
             say(f"masked LM: {cfg.mlm_preset} preset on {corpus} (trained once, then cached)")
-            state["mlm"] = default_mlm(corpus, cfg.mlm_preset)
+            state["mlm"] = default_mlm(corpus, cfg.mlm_preset, **({"device": cfg.device} if cfg.device != "cpu" else {}))
             held = (getattr(state["mlm"], "info", None) or {}).get("heldout") or {}
             if held and held.get("top1", 1.0) <= held.get("frequency_baseline", 0.0) + 0.01:
                 say(f"warning: the {cfg.mlm_preset} MLM does not beat the word-frequency baseline on held-out "
@@ -479,7 +491,7 @@ def _mlm(cfg: SweepConfig, state: dict, say):
 def _utility(cfg, train_texts, train_labels, test_san, test_clean, test_labels):
     from textdp.evaluate.utility import evaluate_utility, make_model
 
-    model = make_model(cfg.model, **({"seed": cfg.seed or 0} | dict(cfg.model_options)))
+    model = make_model(cfg.model, **({"seed": cfg.seed or 0, "device": cfg.device} | dict(cfg.model_options)))
     return evaluate_utility(model, train_texts, train_labels, test_san, test_clean, test_labels)
 
 

@@ -124,14 +124,17 @@ class TransformerModel(UtilityModel):
     a 600-text slice). ``num_layers`` keeps only the first k layers (faster CPU
     runs); ``freeze_embeddings`` keeps the word-embedding table fixed. ``seed``:
     shuffling and head initialisation (a research seed, not a DP parameter).
-    Classification only. After :meth:`fit`, ``train_info`` holds the loss, steps,
+    Classification only. ``device``: ``auto``, ``cpu`` (default) or ``cuda``
+    (:func:`textdp.models.device.resolve_device`): where it is fine-tuned and predicts.
+    After :meth:`fit`, ``train_info`` holds the loss, steps,
     texts, tokens, wall and CPU seconds of the fine-tuning.
     """
 
     def __init__(self, name_or_path: str = "minilm", epochs: int | None = None, lr: float = 1e-4,
                  batch_size: int = 32, max_len: int = 128, num_layers: int | None = None, seed: int = 0,
                  on_step: Callable[[int, int, float], None] | None = None, pooling: str = "auto",
-                 warmup: float = 0.1, min_steps: int = 150, max_epochs: int = 3, freeze_embeddings: bool = False):
+                 warmup: float = 0.1, min_steps: int = 150, max_epochs: int = 3, freeze_embeddings: bool = False,
+                 device: str = "cpu"):
         if (epochs is not None and epochs < 1) or lr <= 0 or batch_size < 1 or max_len < 8:
             raise ParameterError("epochs and batch_size must be >= 1, lr > 0 and max_len >= 8")
         if pooling not in ("auto", "cls", "mean"):
@@ -140,6 +143,9 @@ class TransformerModel(UtilityModel):
         self.max_len, self.num_layers, self.seed, self.on_step = max_len, num_layers, seed, on_step
         self.pooling, self.warmup, self.min_steps, self.max_epochs = pooling, warmup, int(min_steps), int(max_epochs)
         self.freeze_embeddings = bool(freeze_embeddings)
+        from textdp.models.device import resolve_device
+
+        self.device = resolve_device(device)
         self.name = "minilm" if self.source.lower() == "minilm" else self.source
 
     def epochs_for(self, n_texts: int) -> int:
@@ -170,7 +176,7 @@ class TransformerModel(UtilityModel):
         self.epochs_used = self.epochs_for(len(texts))
         self.train_info = fine_tune(self.clf, texts, y, epochs=self.epochs_used, lr=self.lr,
                                     batch_size=self.batch_size, max_len=self.max_len, rng=rng, on_step=self.on_step,
-                                    warmup=self.warmup, freeze_embeddings=self.freeze_embeddings)
+                                    warmup=self.warmup, freeze_embeddings=self.freeze_embeddings, device=self.device)
         return self
 
     def predict(self, texts):
@@ -224,7 +230,7 @@ def make_model(spec: str = "tfidf", **kwargs) -> UtilityModel:
         raise InputError(f"model {s!r} is a file; give a Hugging Face model folder")
     return TransformerModel(s, **{k: v for k, v in kwargs.items()
                                   if k in ("epochs", "lr", "batch_size", "max_len", "num_layers", "seed", "on_step", "pooling",
-                                          "warmup", "min_steps", "max_epochs", "freeze_embeddings")})
+                                          "warmup", "min_steps", "max_epochs", "freeze_embeddings", "device")})
 
 
 @dataclass

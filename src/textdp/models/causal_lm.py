@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from textdp.errors import InputError, MissingPackageError, ParameterError
+from textdp.models.device import fork_rng, module_device, torch_device
 from textdp.models.training import clipped_step
 
 try:
@@ -277,6 +278,7 @@ def train_causal_lm(
     eos: int = 1,
     rng: np.random.Generator,
     on_step: Callable[[int, int, float], None] | None = None,
+    device: str | None = "cpu",
 ) -> tuple[CausalLM, dict]:
     """Train a :class:`CausalLM` from scratch with the causal-LM cross-entropy.
 
@@ -285,6 +287,9 @@ def train_causal_lm(
     warm-up/decay; shuffling from ``rng`` (a textdp generator) and weight init /
     dropout from a ``torch`` seed drawn from it (global torch RNG forked, so the
     caller's state is untouched). ``on_step(step, total, loss)`` reports progress.
+    ``device``: where to train (``auto``/``cpu``/``cuda``,
+    :func:`textdp.models.device.resolve_device`); the model is returned there. Weight init
+    runs on the CPU, so it is the same on every device; dropout on CUDA uses CUDA's generator.
     Returns ``(model in eval mode, stats)`` with the final mean training loss.
     """
     if epochs < 1 or batch_size < 1 or block_size < 2 or lr <= 0:
@@ -293,13 +298,14 @@ def train_causal_lm(
         raise InputError("no texts to train the generator on")
     if block_size + 1 > config.max_len:
         config = CausalLMConfig(**{**asdict(config), "max_len": block_size + 1})
+    dev = torch_device(device or "cpu")
     data = torch.from_numpy(_blocks(id_lists, bos, eos, block_size))
     n = len(data)
     steps_per_epoch = math.ceil(n / batch_size)
     total = steps_per_epoch * epochs
-    with torch.random.fork_rng(devices=[]):
+    with fork_rng(dev):
         torch.manual_seed(torch_seed(rng))
-        model = CausalLM(config)
+        model = CausalLM(config).to(dev)
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
         warm = max(1, total // 20)
@@ -319,7 +325,7 @@ def train_causal_lm(
                 batch = data[torch.from_numpy(batches[b])]
                 # trim to the longest row of the batch
                 L = int((batch >= 0).sum(1).max())
-                batch = batch[:, :L]
+                batch = batch[:, :L].to(dev)
                 inp = batch[:, :-1].clamp(min=0)
                 tgt = batch[:, 1:]
                 logits, _, _ = model(inp)
@@ -345,12 +351,13 @@ def sequence_nll(model: CausalLM, id_lists: Sequence[Sequence[int]], bos: int = 
     in an earlier window are masked). Returns two float64/int64 arrays of shape (N,).
     """
     model.eval()
+    dev = module_device(model)
     max_length = max_length or model.config.max_len
     stride = stride or max_length
     nll = np.zeros(len(id_lists))
     cnt = np.zeros(len(id_lists), dtype=np.int64)
     for i, ids in enumerate(id_lists):
-        seq = torch.tensor([bos] + list(ids) + ([eos] if eos is not None else []), dtype=torch.long)
+        seq = torch.tensor([bos] + list(ids) + ([eos] if eos is not None else []), dtype=torch.long, device=dev)
         if len(seq) < 2:
             continue
         prev_end = 1  # position 0 (bos) is never a target
@@ -398,7 +405,7 @@ def load_causal_lm(folder: Path) -> tuple[CausalLM, dict]:
     folder = Path(folder)
     cfg = CausalLMConfig(**json.loads((folder / "config.json").read_text()))
     model = CausalLM(cfg)
-    model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    model.load_state_dict(load_file(str(folder / "model.safetensors"), device="cpu"))
     model.eval()
     meta = json.loads((folder / "meta.json").read_text()) if (folder / "meta.json").exists() else {}
     return model, meta

@@ -47,6 +47,7 @@ import numpy as np
 
 from textdp.errors import InputError, MissingPackageError, ParameterError, excerpt
 from textdp.models.causal_lm import torch_seed
+from textdp.models.device import fork_rng, module_device, place
 from textdp.models.training import clipped_step
 
 try:
@@ -299,10 +300,16 @@ class TextClassifier(torch.nn.Module):
         return torch.from_numpy(self._batched(texts, max_len, batch_size, self.model.config.hidden_size, pooled,
                                               np.float32))
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters are (move with ``clf.to(device)`` or a training
+        function's ``device=``)."""
+        return module_device(self.model)
+
     def _batched(self, texts: Sequence[str], max_len: int, batch_size: int, width: int, fn, dtype) -> np.ndarray:
         """``fn(ids, mask) -> (B, width)`` over ``texts`` tokenized once, in length-sorted
-        batches padded to their own longest text, in eval mode under ``torch.inference_mode``;
-        rows come back in input order as an (N, width) array of ``dtype``."""
+        batches padded to their own longest text, in eval mode under ``torch.inference_mode``,
+        on the model's device; rows come back in input order as an (N, width) array of ``dtype``."""
         texts = list(texts)
         out = np.zeros((len(texts), width), dtype=dtype)
         if not texts:
@@ -312,12 +319,13 @@ class TextClassifier(torch.nn.Module):
         pad = self.tokenizer.pad_token_id or 0
         was = self.model.training
         self.model.eval()
+        dev = self.device
         try:
             with torch.inference_mode():
                 for a in range(0, len(rows), batch_size):
                     idx = order[a:a + batch_size]
                     ids, mask = _pad([rows[i] for i in idx], pad)
-                    out[idx] = fn(ids, mask).numpy()
+                    out[idx] = fn(ids.to(dev), mask.to(dev)).cpu().numpy()
         finally:
             self.model.train(was)
         return out
@@ -469,7 +477,7 @@ def _check_xy(texts, y, n_labels):
 def fine_tune(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *, epochs: int = 3, lr: float = 5e-5,
               batch_size: int = 16, max_len: int = 64, rng: np.random.Generator, weight_decay: float = 0.01,
               on_step: Callable[[int, int, float], None] | None = None, warmup: float = 0.1,
-              bucket: bool = True, freeze_embeddings: bool = False) -> dict:
+              bucket: bool = True, freeze_embeddings: bool = False, device: str | None = None) -> dict:
     """Fine-tune with AdamW and cross-entropy (in place).
 
     ``y``: int class ids (N,). Schedule: linear warm-up over the first ``warmup``
@@ -483,12 +491,16 @@ def fine_tune(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *, ep
     from a torch seed drawn from it (global torch RNG forked). Returns
     ``{"final_train_loss", "steps", "texts", "tokens", "seconds", "cpu_seconds"}``
     (``tokens``: WordPieces processed, padding excluded). The model is left in eval mode.
+    ``device``: where to train (``auto``/``cpu``/``cuda``,
+    :func:`textdp.models.device.resolve_device`; the model stays there), None for the model's
+    current device.
     """
     import time
 
     if epochs < 1 or batch_size < 1 or lr <= 0 or not 0 <= warmup < 1:
         raise ParameterError("fine-tuning: epochs, batch_size >= 1, lr > 0 and 0 <= warmup < 1")
     y = _check_xy(texts, y, len(clf.labels))
+    dev = place(clf.model, device)
     t0, c0 = time.perf_counter(), time.process_time()
     rows = clf.encode_ids(list(texts), max_len)
     lengths = np.array([len(r) for r in rows])
@@ -511,7 +523,7 @@ def fine_tune(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *, ep
         opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
     losses, step, tokens = [], 0, 0
     try:
-        with torch.random.fork_rng(devices=[]):
+        with fork_rng(dev):
             torch.manual_seed(torch_seed(rng))
             clf.model.train()
             for _ in range(epochs):
@@ -523,7 +535,8 @@ def fine_tune(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *, ep
                 for idx in batches:
                     ids, mask = _pad([rows[i] for i in idx], pad)
                     tokens += int(lengths[idx].sum())
-                    loss = F.cross_entropy(clf.logits(ids, mask), torch.as_tensor(y[idx], dtype=torch.long))
+                    loss = F.cross_entropy(clf.logits(ids.to(dev), mask.to(dev)),
+                                           torch.as_tensor(y[idx], dtype=torch.long, device=dev))
                     losses.append(clipped_step(loss, opt, sched, params))
                     step += 1
                     if on_step:
@@ -539,7 +552,7 @@ def fine_tune(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *, ep
 def fine_tune_dp(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *, epsilon: float, delta: float | None = None,
                  epochs: int = 3, lr: float = 5e-4, batch_size: int = 32, max_grad_norm: float = 0.1,
                  max_len: int = 64, trainable_layers: int = 1, rng: np.random.Generator,
-                 on_step: Callable[[int, int, float], None] | None = None) -> dict:
+                 on_step: Callable[[int, int, float], None] | None = None, device: str | None = None) -> dict:
     """DP-SGD fine-tuning with Opacus (Abadi et al. 2016; Opacus BERT tutorial settings).
 
     ``trainable_layers = k >= 1``: the last k encoder layers, the pooler and the
@@ -565,6 +578,9 @@ def fine_tune_dp(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *,
     snapping, so ε covers the ideal real-valued mechanism, not the float bits (a fix needs a
     lattice sum plus discrete Gaussian noise inside the optimiser, and an accountant for the
     Poisson-subsampled discrete Gaussian; see docs/threat-model.md).
+    ``device``: where to train (``auto``/``cpu``/``cuda``; the model stays there), None for the
+    model's current device; on CUDA the Gaussian noise comes from a CUDA ``torch.Generator``
+    seeded from ``rng`` (the same law; other numbers than on the CPU).
     Raises ParameterError for a bad ε, δ, ``trainable_layers < 0``, or
     ``trainable_layers = 0`` on a classifier without a linear head on a pooled
     vector; MissingPackageError without opacus.
@@ -583,6 +599,7 @@ def fine_tune_dp(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *,
     if isinstance(trainable_layers, bool) or int(trainable_layers) != trainable_layers or trainable_layers < 0:
         raise ParameterError(f"trainable_layers must be a whole number >= 0, got {trainable_layers!r}")
     model = clf.model
+    dev = place(model, device)
     for p in model.parameters():
         p.requires_grad_(False)
     base = getattr(model, model.base_model_prefix)
@@ -607,15 +624,17 @@ def fine_tune_dp(clf: TextClassifier, texts: Sequence[str], y: Sequence[int], *,
     model.train()
     opt = torch.optim.AdamW([p for p in train_mod.parameters() if p.requires_grad], lr=lr)
     engine = PrivacyEngine(accountant="rdp")
-    with torch.random.fork_rng(devices=[]):
+    with fork_rng(dev):
         torch.manual_seed(torch_seed(rng))
         dp_model, dp_opt, dp_loader = engine.make_private_with_epsilon(
             module=train_mod, optimizer=opt, data_loader=loader, target_epsilon=float(epsilon), target_delta=delta,
-            epochs=epochs, max_grad_norm=max_grad_norm, noise_generator=torch.Generator().manual_seed(torch_seed(rng)))
+            epochs=epochs, max_grad_norm=max_grad_norm,
+            noise_generator=torch.Generator(device=dev).manual_seed(torch_seed(rng)))
         total = epochs * len(dp_loader)
         step, losses = 0, []
         for _ in range(epochs):
             for *xb, by in dp_loader:
+                xb, by = [t.to(dev) for t in xb], by.to(dev)
                 dp_opt.zero_grad(set_to_none=True)
                 if len(by) == 0:  # Poisson sampling can draw an empty batch
                     dp_opt.step()

@@ -23,7 +23,8 @@ import re
 
 from textdp.errors import MissingPackageError, ParameterError
 
-__all__ = ["DEVICES", "DEVICE_HELP", "resolve_device", "torch_device", "module_device", "describe_device"]
+__all__ = ["DEVICES", "DEVICE_HELP", "resolve_device", "torch_device", "module_device", "place", "fork_rng",
+           "describe_device"]
 
 #: the values ``--device`` accepts (``cuda:N`` selects the N-th CUDA device)
 DEVICES = ("auto", "cpu", "cuda")
@@ -86,6 +87,27 @@ def module_device(module):
     for t in module.buffers():
         return t.device
     return torch.device("cpu")
+
+
+def place(module, device=None):
+    """Move ``module`` to ``device`` (:func:`resolve_device`'s values or a ``torch.device``) and
+    return that ``torch.device``; ``device=None`` leaves the module where it is and returns its
+    device. Training functions call it once; the module stays there afterwards."""
+    if device is None:
+        return module_device(module)
+    dev = torch_device(device)
+    module.to(dev)
+    return dev
+
+
+def fork_rng(device):
+    """``torch.random.fork_rng`` over the CPU generator and, for a CUDA ``device``, that device's
+    generator: seeding inside the block leaves the caller's random state untouched on both."""
+    import torch
+
+    dev = torch_device(device)
+    devices = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
+    return torch.random.fork_rng(devices=devices)
 
 
 def describe_device(name: str) -> str:

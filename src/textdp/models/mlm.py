@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from textdp.errors import InputError, MissingPackageError, ParameterError
+from textdp.models.device import fork_rng, module_device, place
 from textdp.models.training import clipped_step
 
 __all__ = ["MLMPreset", "PRESETS", "WordVocab", "MaskedLM", "HFMaskedLM", "load_mlm", "default_mlm", "cache_dir",
@@ -177,8 +178,10 @@ class MaskedLM:
 
     @classmethod
     def train_new(cls, docs: Sequence[Sequence[str]], preset: MLMPreset | str = "small", seed: int = 0,
-                  progress: Callable[[int, int, float], None] | None = None, corpus: str = "") -> "MaskedLM":
-        """Build a vocabulary from ``docs`` (lists of words) and train from scratch."""
+                  progress: Callable[[int, int, float], None] | None = None, corpus: str = "",
+                  device: str | None = "cpu") -> "MaskedLM":
+        """Build a vocabulary from ``docs`` (lists of words) and train from scratch on ``device``
+        (``auto``/``cpu``/``cuda``, :func:`textdp.models.device.resolve_device`; the model stays there)."""
         preset = PRESETS[preset] if isinstance(preset, str) else preset
         if preset.max_docs:
             docs = docs[: preset.max_docs]
@@ -188,18 +191,21 @@ class MaskedLM:
         vocab = WordVocab.build(docs, preset.vocab_size, preset.min_count)
         m = cls.create(vocab, preset, seed)
         m.info["corpus"] = corpus
-        m.train(docs, preset=preset, seed=seed, progress=progress)
+        m.train(docs, preset=preset, seed=seed, progress=progress, device=device)
         return m
 
     # training -------------------------------------------------------------------
     def train(self, docs: Sequence[Sequence[str]], targets: Sequence[Sequence[str]] | None = None,
               preset: MLMPreset | None = None, steps: int | None = None, seed: int = 0,
-              progress: Callable[[int, int, float], None] | None = None) -> list[float]:
+              progress: Callable[[int, int, float], None] | None = None, device: str | None = None) -> list[float]:
         """Continue training on ``docs`` (lists of words). With ``targets`` (same shapes),
         inputs are ``docs`` and labels are ``targets`` at the masked positions
         (sanitization-aware pretraining). Returns the per-step losses (also appended to
-        ``info["losses"]``). ``progress(step, steps, loss)`` is called after each step."""
+        ``info["losses"]``). ``progress(step, steps, loss)`` is called after each step.
+        ``device``: where to train (``auto``/``cpu``/``cuda``; the model stays there), or None
+        for the model's current device."""
         torch = _torch()
+        dev = place(self.model, device)
         preset = preset or MLMPreset(**self.info.get("preset", {}))
         steps = int(steps if steps is not None else preset.steps)
         width = min(preset.max_len, self.model.config.max_position_embeddings) - 2
@@ -245,12 +251,12 @@ class MaskedLM:
             inp_m[choose & (u < 0.8)] = MASK
             rnd = choose & (u >= 0.8) & (u < 0.9)
             inp_m[rnd] = gen.integers(len(SPECIALS), V, int(rnd.sum()))
-            ti = torch.from_numpy(inp_m)
-            att = torch.from_numpy((inp != PAD).astype(np.int64))
+            ti = torch.from_numpy(inp_m).to(dev)
+            att = torch.from_numpy((inp != PAD).astype(np.int64)).to(dev)
             hidden = model.bert(input_ids=ti, attention_mask=att).last_hidden_state
-            sel = torch.from_numpy(choose)
+            sel = torch.from_numpy(choose).to(dev)
             logits = model.cls(hidden[sel])
-            loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(lab[choose]))
+            loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(lab[choose]).to(dev))
             losses.append(clipped_step(loss, opt, sched, model.parameters()))
             if progress:
                 progress(step + 1, steps, losses[-1])
@@ -271,6 +277,7 @@ class MaskedLM:
         enc = [self.vocab.encode(d) for d in docs]
         out: list[list[str]] = []
         self.model.eval()
+        dev = module_device(self.model)
         with torch.no_grad():
             for b in range(0, len(positions), batch_size):
                 batch = positions[b:b + batch_size]
@@ -286,14 +293,20 @@ class MaskedLM:
                 inp = np.full((len(rows), L), PAD, np.int64)
                 for r, w in enumerate(rows):
                     inp[r, 0], inp[r, 1:len(w) + 1], inp[r, len(w) + 1] = CLS, w, SEP
-                h = self.model.bert(input_ids=torch.from_numpy(inp),
-                                    attention_mask=torch.from_numpy((inp != PAD).astype(np.int64))).last_hidden_state
-                hc = h[torch.arange(len(rows)), torch.tensor(centre)]
+                h = self.model.bert(input_ids=torch.from_numpy(inp).to(dev),
+                                    attention_mask=torch.from_numpy((inp != PAD).astype(np.int64)).to(dev)
+                                    ).last_hidden_state
+                hc = h[torch.arange(len(rows), device=dev), torch.tensor(centre, device=dev)]
                 logits = self.model.cls(hc)
                 logits[:, : len(SPECIALS)] = -float("inf")
-                top = torch.topk(logits, k, dim=1).indices.numpy()
+                top = torch.topk(logits, k, dim=1).indices.cpu().numpy()
                 out.extend([[self.vocab.words[t] for t in row] for row in top])
         return out
+
+    def to(self, device) -> "MaskedLM":
+        """Move the model to ``device`` (``auto``/``cpu``/``cuda``); returns self."""
+        place(self.model, device)
+        return self
 
     # persistence ----------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
@@ -378,6 +391,7 @@ class HFMaskedLM:
         out: list[list[str]] = []
         mask = self.tok.mask_token
         maxlen = min(getattr(self.tok, "model_max_length", 128) or 128, 128)
+        dev = module_device(self.model)
         with torch.no_grad():
             for b in range(0, len(positions), batch_size):
                 batch = positions[b:b + batch_size]
@@ -390,13 +404,19 @@ class HFMaskedLM:
                     words.append(w)
                 enc = self.tok(words, is_split_into_words=True, truncation=True, max_length=maxlen,
                                padding=True, return_tensors="pt")
+                enc = {k2: v.to(dev) for k2, v in enc.items()}
                 logits = self.model(**enc).logits
                 mpos = (enc["input_ids"] == self.tok.mask_token_id).int().argmax(dim=1)
-                lg = logits[torch.arange(len(words)), mpos]
-                lg[:, torch.from_numpy(self._bad[: lg.shape[1]])] = -float("inf")
-                top = torch.topk(lg, k, dim=1).indices.numpy()
+                lg = logits[torch.arange(len(words), device=dev), mpos]
+                lg[:, torch.from_numpy(self._bad[: lg.shape[1]]).to(dev)] = -float("inf")
+                top = torch.topk(lg, k, dim=1).indices.cpu().numpy()
                 out.extend([[self.tok.convert_ids_to_tokens(int(t)) for t in row] for row in top])
         return out
+
+    def to(self, device) -> "HFMaskedLM":
+        """Move the model to ``device`` (``auto``/``cpu``/``cuda``); returns self."""
+        place(self.model, device)
+        return self
 
 
 def load_mlm(name_or_path: str, allow_download: bool = False):
@@ -440,7 +460,7 @@ HELDOUT_EVERY = 20  # every 20th document of the public corpus is held out (5 %)
 
 def default_mlm(corpus: str = "bbc-news", preset: str = "small", seed: int = 0,
                 progress: Callable[[int, int, float], None] | None = None,
-                root: str | os.PathLike | None = None) -> MaskedLM:
+                root: str | os.PathLike | None = None, device: str | None = "cpu") -> MaskedLM:
     """The attack MLM trained from scratch on built-in ``corpus`` with ``preset``;
     trained on first use, then loaded (never retrained) from
     ``<cache>/mlm/<corpus>-<preset>-s<seed>-v2``.
@@ -448,13 +468,16 @@ def default_mlm(corpus: str = "bbc-news", preset: str = "small", seed: int = 0,
     Every 20th document of the corpus (train then test split) is held out of
     training; ``info["heldout"]`` records the model's top-1 accuracy on clean masked
     words of that slice and the word-frequency baseline (:func:`heldout_accuracy`);
-    ``info["train_cpu_seconds"]`` the process CPU time of training (all threads)."""
+    ``info["train_cpu_seconds"]`` the process CPU time of training (all threads).
+    ``device`` (``auto``/``cpu``/``cuda``): where it is trained, or moved once loaded; the
+    cached folder is the same whichever device trained it (a seeded model trained on a GPU is
+    not bit-identical to one trained on the CPU)."""
     if preset not in PRESETS:
         raise ParameterError(f"unknown MLM preset {preset!r}; use one of {', '.join(PRESETS)}")
     base = Path(root) if root else cache_dir()
     path = base / "mlm" / f"{corpus}-{preset}-s{seed}-v2"
     if MaskedLM.is_textdp_dir(path):
-        return MaskedLM.load(path)
+        return MaskedLM.load(path).to(device or "cpu")
     import time
 
     from textdp.data.datasets import load_dataset
@@ -464,7 +487,7 @@ def default_mlm(corpus: str = "bbc-news", preset: str = "small", seed: int = 0,
     held = [d for i, d in enumerate(docs) if i % HELDOUT_EVERY == HELDOUT_EVERY - 1]
     train = [d for i, d in enumerate(docs) if i % HELDOUT_EVERY != HELDOUT_EVERY - 1]
     c0 = time.process_time()
-    m = MaskedLM.train_new(train, PRESETS[preset], seed=seed, progress=progress, corpus=corpus)
+    m = MaskedLM.train_new(train, PRESETS[preset], seed=seed, progress=progress, corpus=corpus, device=device)
     cpu = time.process_time() - c0
     p = PRESETS[preset]
     m.info.update({"corpus": corpus, "preset_name": preset, "seed": seed, "train_cpu_seconds": cpu,
@@ -590,11 +613,14 @@ class EncoderMLM:
     # ------------------------------------------------------------------ training
     def train(self, docs: Sequence[Sequence[str]], targets: Sequence[Sequence[str]] | None = None,
               preset: EncoderMLMPreset | None = None, seed: int = 0,
-              progress: Callable[[int, int, float], None] | None = None) -> list[float]:
+              progress: Callable[[int, int, float], None] | None = None, device: str | None = None) -> list[float]:
         """Continue MLM training on ``docs`` (lists of words); with ``targets`` (aligned
         original words) the labels are the originals (sanitization-aware). Returns the
-        per-step losses (also appended to ``info["losses"]``). Raises InputError."""
+        per-step losses (also appended to ``info["losses"]``). ``device``: where to train
+        (``auto``/``cpu``/``cuda``; the model stays there), None for the model's current
+        device. Raises InputError."""
         torch = _torch()
+        dev = place(self.model, device)
         preset = preset or EncoderMLMPreset()
         width = min(preset.max_len, self.model.config.max_position_embeddings) - 2
         xs, ys = self.encode_pairs(docs, targets, width)
@@ -621,7 +647,7 @@ class EncoderMLM:
             opt, lambda s: min(1.0, (s + 1) / max(1, preset.warmup)) * max(0.05, 1 - s / max(1, steps)))
         fast = hasattr(model, "bert") and hasattr(model, "cls")
         losses: list[float] = []
-        with torch.random.fork_rng(devices=[]):
+        with fork_rng(dev):
             torch.manual_seed(int(gen.integers(0, 2**62)))  # dropout
             model.train()
             for step in range(steps):
@@ -646,9 +672,9 @@ class EncoderMLM:
                 inp[choose & (u < 0.8)] = mask_id
                 rnd = choose & (u >= 0.8) & (u < 0.9)
                 inp[rnd] = random_ids[gen.integers(0, len(random_ids), int(rnd.sum()))]
-                ti, ta = torch.from_numpy(inp), torch.from_numpy(att)
-                sel = torch.from_numpy(choose)
-                target = torch.from_numpy(lab[choose])
+                ti, ta = torch.from_numpy(inp).to(dev), torch.from_numpy(att).to(dev)
+                sel = torch.from_numpy(choose).to(dev)
+                target = torch.from_numpy(lab[choose]).to(dev)
                 if fast:  # the output layer on the chosen positions only
                     hidden = model.bert(input_ids=ti, attention_mask=ta).last_hidden_state
                     logits = model.cls(hidden[sel])
@@ -663,6 +689,11 @@ class EncoderMLM:
         self.info["steps"] = self.info.get("steps", 0) + len(losses)
         self.info.setdefault("presets", []).append(asdict(preset))
         return losses
+
+    def to(self, device) -> "EncoderMLM":
+        """Move the model to ``device`` (``auto``/``cpu``/``cuda``); returns self."""
+        place(self.model, device)
+        return self
 
     def save(self, path: str | os.PathLike, overwrite: bool = True) -> Path:
         """Write the model with its MLM head (``save_pretrained``), the tokenizer and

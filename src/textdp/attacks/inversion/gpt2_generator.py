@@ -444,7 +444,8 @@ class BpeBridge:
 
             A = sparse.csr_matrix((A.data, A.indices, A.indptr), shape=(A.shape[0], E.shape[0]))
         sp = clf.special_ids()
-        return cls(vocab, clf, torch.from_numpy(np.asarray(A @ E, dtype=np.float32)), sp["cls"], sp["sep"])
+        return cls(vocab, clf, torch.from_numpy(np.asarray(A @ E, dtype=np.float32)).to(clf.device), sp["cls"],
+                   sp["sep"])
 
     def prefix_cls_ids(self, gen_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) generator ids (begin-of-text first) -> (B, T') classifier ids of the
@@ -454,7 +455,7 @@ class BpeBridge:
         ids = self.clf.token_ids(texts)
         if len({len(x) for x in ids}) > 1:
             raise ParameterError("rows re-tokenise to different WordPiece lengths; generate one row at a time")
-        return torch.tensor(ids, dtype=torch.long).reshape(len(ids), -1)
+        return torch.tensor(ids, dtype=torch.long, device=gen_ids.device).reshape(len(ids), -1)
 
 
 # =========================================================================== pipeline hooks
@@ -469,6 +470,8 @@ def prepare_pretrained_generator(clf, name_or_path: str, *, policy: str = "first
 
     t0 = time.perf_counter()
     model, tok, info = load_generator(name_or_path)
+    if getattr(clf, "device", None) is not None:
+        model.to(clf.device)  # the generator runs where the target does
     bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     eos = tok.eos_token_id if tok.eos_token_id is not None else bos
     if bos is None:

@@ -38,6 +38,7 @@ from textdp.attacks.inversion.metrics import (
 )
 from textdp.attacks.inversion.templates import build_templates, template_labels
 from textdp.errors import InputError, MissingPackageError, OutputError, ParameterError
+from textdp.models.device import resolve_device
 from textdp.noise import make_rng, seed_mode
 
 __all__ = ["InversionData", "InversionReport", "split_data", "run_inversion", "write_report", "METHODS",
@@ -172,8 +173,9 @@ def _santext(texts: list[str], cfg: InversionConfig, rng) -> tuple[list[str], di
 
 
 def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "none",
-                   progress: Progress = _no_progress):
-    """The target classifier fine-tuned on ``data.private`` (cached), frozen.
+                   progress: Progress = _no_progress, device: str = "cpu"):
+    """The target classifier fine-tuned on ``data.private`` (cached), frozen, on ``device``
+    (``auto``/``cpu``/``cuda``; a model trained on a GPU is cached apart from the CPU's).
 
     ``defence``: ``none`` (AdamW fine-tuning), ``dpsgd`` (Opacus DP-SGD,
     ``cfg.dp_epsilon``), or ``santext`` (fine-tuning on SanText-sanitised private
@@ -194,10 +196,13 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
                        cfg.dp_trainable_layers, cfg.dp_pooling])
     if defence == "santext":
         key.update(santext=[cfg.santext_epsilon, cfg.santext_embeddings])
+    dev = resolve_device(device)
+    if dev != "cpu":  # keeps the cache keys of CPU-trained targets
+        key["device"] = "cuda"
     folder = _cache_dir("target", key)
     y_priv = data.private["label"].map({l: i for i, l in enumerate(data.labels)}).to_numpy()
     if (folder / "info.json").exists():
-        clf = TextClassifier.load(folder)
+        clf = TextClassifier.load(folder).to(dev)
         info = json.loads((folder / "info.json").read_text())
         info["cached"] = True
         return clf.freeze(), info
@@ -222,10 +227,10 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
         info.update(fine_tune_dp(clf, train_texts, y_priv, epsilon=cfg.dp_epsilon, delta=cfg.dp_delta,
                                  epochs=cfg.dp_epochs, lr=cfg.dp_lr, batch_size=cfg.dp_batch,
                                  max_grad_norm=cfg.dp_max_grad_norm, max_len=cfg.max_len,
-                                 trainable_layers=cfg.dp_trainable_layers, rng=rng, on_step=cb))
+                                 trainable_layers=cfg.dp_trainable_layers, rng=rng, on_step=cb, device=dev))
     else:
         info.update(fine_tune(clf, train_texts, y_priv, epochs=cfg.target_epochs, lr=cfg.target_lr,
-                              batch_size=cfg.target_batch, max_len=cfg.max_len, rng=rng, on_step=cb))
+                              batch_size=cfg.target_batch, max_len=cfg.max_len, rng=rng, on_step=cb, device=dev))
     info["train_seconds"] = round(time.perf_counter() - t0, 1)
     lab = {l: i for i, l in enumerate(data.labels)}
     info["train_acc"] = clf.accuracy(list(data.private["text"]), y_priv, cfg.max_len)
@@ -238,8 +243,10 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
 
 
 def prepare_generator(data: InversionData, clf, cfg: InversionConfig, *, seed_offset: int = 0,
-                      progress: Progress = _no_progress, desc: str = "generator", epochs: int | None = None):
-    """A causal LM trained from scratch on the public texts' WordPiece ids (cached).
+                      progress: Progress = _no_progress, desc: str = "generator", epochs: int | None = None,
+                      device: str = "cpu"):
+    """A causal LM trained from scratch on the public texts' WordPiece ids (cached), on ``device``
+    (``auto``/``cpu``/``cuda``; one trained on a GPU is cached apart from the CPU's).
 
     Returns ``(model, SharedVocab, info)``. ``seed_offset`` gives an independent
     model of the same recipe (the fluency scorer); ``epochs`` overrides ``cfg.gen_epochs``.
@@ -261,9 +268,13 @@ def prepare_generator(data: InversionData, clf, cfg: InversionConfig, *, seed_of
            "L": cfg.gen_layers, "H": cfg.gen_heads, "epochs": cfg.gen_epochs, "lr": cfg.gen_lr,
            "batch": cfg.gen_batch, "block": cfg.gen_block, "min_count": cfg.gen_min_count,
            "max_vocab": cfg.gen_max_vocab, "seed": cfg.model_seed + seed_offset}
+    dev = resolve_device(device)
+    if dev != "cpu":  # keeps the cache keys of CPU-trained generators
+        key["device"] = "cuda"
     folder = _cache_dir("generator", key)
     if (folder / "meta.json").exists():
         model, meta = load_causal_lm(folder)
+        model.to(dev)
         vocab = SharedVocab(np.asarray(meta["gen_to_cls"], dtype=np.int64), tokens)
         info = meta["info"]
         info["cached"] = True
@@ -279,7 +290,7 @@ def prepare_generator(data: InversionData, clf, cfg: InversionConfig, *, seed_of
     model, stats = train_causal_lm(enc, conf, epochs=cfg.gen_epochs, lr=cfg.gen_lr, batch_size=cfg.gen_batch,
                                    block_size=cfg.gen_block, bos=vocab.bos, eos=vocab.eos,
                                    rng=make_rng(cfg.model_seed + seed_offset + 17),
-                                   on_step=lambda s, t, l: adv(1))
+                                   on_step=lambda s, t, l: adv(1), device=dev)
     unk_share = float(np.mean([g == vocab.unk for row in enc for g in row])) if enc else 0.0
     info = {**stats, "vocab_size": len(vocab), "unk_share": unk_share, "train_seconds": round(time.perf_counter() - t0, 1),
             "d_model": cfg.gen_d_model, "layers": cfg.gen_layers, "alignment": "shared WordPiece vocabulary"}
@@ -425,7 +436,8 @@ def _summarise(metrics: pd.DataFrame) -> pd.DataFrame:
 
 def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS, defence: str = "none",
                   preset: str | InversionConfig = "cpu", seeds: Sequence[int | None] = (0, 1, 2),
-                  progress: Progress | None = None, log: Callable[[str], None] | None = None) -> InversionReport:
+                  progress: Progress | None = None, log: Callable[[str], None] | None = None,
+                  device: str = "cpu") -> InversionReport:
     """Run Text Revealer and its baselines against a classifier trained on private data.
 
     ``dataset``: built-in name or :class:`textdp.data.Dataset`. ``methods``:
@@ -434,6 +446,8 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
     compares both. ``preset``: ``cpu``, ``paper``, ``tiny`` or an
     :class:`InversionConfig`. ``seeds``: attack seeds (``None`` = fresh
     cryptographic randomness); models are trained once from ``cfg.model_seed``.
+    ``device``: ``auto``, ``cpu`` (default) or ``cuda`` (:func:`textdp.models.device.resolve_device`):
+    where the target, the generators and the attacks run (the TF-IDF evaluator stays on the CPU).
 
     Metrics (fractions in [0, 1]; PPL: perplexity under an independent scorer
     LM, lower = more fluent): see :func:`textdp.attacks.inversion.metrics.recovery_rates`.
@@ -453,6 +467,7 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
         raise ParameterError("at least one seed is needed")
     import torch
 
+    device = resolve_device(device)
     t_start = time.perf_counter()
     long_texts = isinstance(dataset, str) and dataset in ("drug-reviews", "20newsgroups", "reuters-r8", "bbc-news")
     cfg = preset if isinstance(preset, InversionConfig) else preset_config(preset, long_texts=long_texts)
@@ -462,7 +477,7 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
     defences = ["none"] if defence == "none" else ["none", defence]
     targets, tinfo = {}, {}
     for d in defences:
-        targets[d], tinfo[d] = prepare_target(data, cfg, d, progress)
+        targets[d], tinfo[d] = prepare_target(data, cfg, d, progress, device=device)
         log(f"target[{d}]: train acc {tinfo[d]['train_acc']:.3f}, held-out acc {tinfo[d]['heldout_acc']:.3f}"
             + (f", epsilon {tinfo[d]['epsilon_spent']:.2f}" if d == "dpsgd" else ""))
         majority = float(data.private["label"].value_counts(normalize=True).max())
@@ -472,9 +487,9 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
             log(f"WARNING: target[{d}] did not learn (train acc {tinfo[d]['train_acc']:.3f} vs majority rate "
                 f"{majority:.3f}): attack results against it say nothing about memorisation")
     base = targets["none"]
-    gen, vocab, ginfo = prepare_generator(data, base, cfg, progress=progress)
+    gen, vocab, ginfo = prepare_generator(data, base, cfg, progress=progress, device=device)
     scorer, svocab, sinfo = prepare_generator(data, base, cfg, seed_offset=cfg.scorer_seed_offset, progress=progress,
-                                         desc="fluency scorer", epochs=cfg.scorer_epochs)
+                                         desc="fluency scorer", epochs=cfg.scorer_epochs, device=device)
     evaluator, einfo = _evaluator(data)
     log(f"evaluator: private acc {einfo['private_acc']:.3f}, held-out acc {einfo['heldout_acc']:.3f}")
     templates = build_templates(list(data.public["text"]), style=cfg.template_style, n_min=cfg.template_n_min,
@@ -578,7 +593,7 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
         "seeds": [s if s is not None else "secure" for s in seeds], "seed_modes": seed_modes,
         "config": cfg.to_dict(), "attack_seconds": {m: round(float(np.mean(v)), 2) for m, v in timings.items()},
         "attack_cpu_seconds": {m: round(float(np.mean(v)), 2) for m, v in cpu_timings.items()},
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(), "device": device,
         "total_seconds": round(time.perf_counter() - t_start, 1),
         "notes": [
             "RR fractions: rr_vocab = corpus coverage of the private filtered vocabulary (paper's reading), "

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from textdp.errors import ParameterError
 from textdp.models.causal_lm import CausalLM, SharedVocab
 from textdp.models.classifier import TextClassifier
+from textdp.models.device import module_device
 
 __all__ = ["PPLMConfig", "SharedBridge", "perturb_past", "generate", "window_mask"]
 
@@ -106,22 +107,22 @@ class SharedBridge:
     @classmethod
     def build(cls, vocab: SharedVocab, clf: TextClassifier) -> "SharedBridge":
         E = clf.embedding_matrix().detach()
-        g2c = torch.as_tensor(vocab.gen_to_cls)
+        g2c = torch.as_tensor(vocab.gen_to_cls, device=E.device)
         sp = clf.special_ids()
         return cls(vocab, E[g2c].clone(), sp["cls"], sp["sep"])
 
     def __post_init__(self):
-        self.gen_to_cls_t = torch.as_tensor(self.vocab.gen_to_cls)
+        self.gen_to_cls_t = torch.as_tensor(self.vocab.gen_to_cls, device=self.soft_table.device)
 
     def prefix_cls_ids(self, gen_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) generator ids (position 0 = begin-of-text) -> (B, T-1) classifier ids."""
         return self.gen_to_cls_t[gen_ids[:, 1:]]
 
 
-def window_mask(history_len: int, window_length: int, anchor: str = "oldest") -> torch.Tensor:
-    """(history_len,) float32 mask: ones on ``window_length`` positions at the
-    ``anchor`` end when ``0 < window_length < history_len``, else all ones."""
-    m = torch.ones(history_len)
+def window_mask(history_len: int, window_length: int, anchor: str = "oldest", device=None) -> torch.Tensor:
+    """(history_len,) float32 mask on ``device`` (default CPU): ones on ``window_length`` positions
+    at the ``anchor`` end when ``0 < window_length < history_len``, else all ones."""
+    m = torch.ones(history_len, device=device)
     if 0 < window_length < history_len:
         m.zero_()
         if anchor == "oldest":
@@ -138,7 +139,7 @@ def _classifier_loss(clf, bridge, probs, prefix_cls, label):
     cls_row = E[bridge.cls_id].detach().expand(B, 1, -1)
     sep_row = E[bridge.sep_id].detach().expand(B, 1, -1)
     inp = torch.cat([cls_row, E[prefix_cls].detach(), e_hat[:, None], sep_row], dim=1)
-    logits = clf.logits_from_embeds(inp, torch.ones(inp.shape[:2], dtype=torch.long))
+    logits = clf.logits_from_embeds(inp, torch.ones(inp.shape[:2], dtype=torch.long, device=inp.device))
     return F.cross_entropy(logits, label, reduction="none")  # (B,)
 
 
@@ -157,10 +158,10 @@ def perturb_past(G: CausalLM, clf: TextClassifier, bridge: SharedBridge, past, l
     classifier CE (num_iterations, B) measured *before* each update.
     """
     T_h = past[0][0].shape[2]
-    M = window_mask(T_h, cfg.window_length, cfg.window_anchor).view(1, 1, T_h, 1)
+    M = window_mask(T_h, cfg.window_length, cfg.window_anchor, device=seq.device).view(1, 1, T_h, 1)
     deltas = [(torch.zeros_like(k), torch.zeros_like(v)) for k, v in past]
     prefix_cls = bridge.prefix_cls_ids(seq)
-    w = active.float() if active is not None else torch.ones(seq.shape[0])
+    w = active.float() if active is not None else torch.ones(seq.shape[0], device=seq.device)
     losses = []
     for _ in range(cfg.num_iterations):
         leaves = [(dk.requires_grad_(True), dv.requires_grad_(True)) for dk, dv in deltas]
@@ -186,7 +187,7 @@ def perturb_past(G: CausalLM, clf: TextClassifier, bridge: SharedBridge, past, l
             scale = (cfg.stepsize / norm.pow(cfg.gamma)).view(-1, 1, 1, 1)
             new.append((dk.detach() - scale * gk, dv.detach() - scale * gv))
         deltas = new
-    return deltas, (torch.stack(losses) if losses else torch.zeros(0, seq.shape[0]))
+    return deltas, (torch.stack(losses) if losses else torch.zeros(0, seq.shape[0], device=seq.device))
 
 
 @torch.no_grad()
@@ -194,7 +195,9 @@ def _sample(logq: torch.Tensor, gens: Sequence[torch.Generator], sample: bool) -
     if not sample:
         return logq.argmax(-1)
     V = logq.shape[-1]
+    # uniforms from the rows' CPU generators on every device: the same numbers whatever the device
     u = torch.stack([torch.rand(V, generator=g, dtype=torch.float64) for g in gens]).clamp_(1e-300, 1.0)
+    u = u.to(logq.device)
     gumbel = -torch.log(-torch.log(u))
     return (logq.double() + gumbel).argmax(-1)
 
@@ -210,7 +213,9 @@ def generate(G: CausalLM, clf: TextClassifier | None, bridge: SharedBridge | Non
     row's ``torch.Generator`` for sampling. Rows that emit ``eos`` stop (padded
     with ``eos``). ``banned``: generator ids never emitted by TR nor VTG (the
     pipeline bans ``[UNK]`` and begin-of-text: an ``[UNK]`` carries no word and
-    would only feed the target its ``[UNK]`` embedding). Returns ``{"ids": (B, T0+n) int64, "ce_first": (B,) float,
+    would only feed the target its ``[UNK]`` embedding). Runs on ``G``'s device (``clf`` and
+    ``bridge`` must be on the same one); the sampling uniforms come from the rows' CPU generators,
+    so only the float arithmetic differs between devices. Returns ``{"ids": (B, T0+n) int64, "ce_first": (B,) float,
     "ce_last": (B,) float}`` where the CE values are the classifier losses at the
     first/last perturbation iteration averaged over steps (NaN for VTG).
     """
@@ -220,22 +225,24 @@ def generate(G: CausalLM, clf: TextClassifier | None, bridge: SharedBridge | Non
         raise ParameterError("one seed per row is needed")
     steer = perturb and clf is not None and cfg.num_iterations > 0
     B = prefix.shape[0]
+    dev = module_device(G)
+    prefix = prefix.to(dev)
     gens = [torch.Generator().manual_seed(int(s) % (2**63 - 1)) for s in row_seeds]
     if label is None:
-        lab = torch.full((B,), -1, dtype=torch.long)
+        lab = torch.full((B,), -1, dtype=torch.long, device=dev)
     elif isinstance(label, (int, np.integer)):
-        lab = torch.full((B,), int(label), dtype=torch.long)
+        lab = torch.full((B,), int(label), dtype=torch.long, device=dev)
     else:
-        lab = torch.as_tensor(list(label), dtype=torch.long)
+        lab = torch.as_tensor(list(label), dtype=torch.long, device=dev)
         if lab.shape != (B,):
             raise ParameterError("label must be an int or one label per row")
-    ban = torch.as_tensor(sorted({int(b) for b in banned}), dtype=torch.long)
+    ban = torch.as_tensor(sorted({int(b) for b in banned}), dtype=torch.long, device=dev)
     with torch.no_grad():
         _, past_clean, _ = G(prefix[:, :-1])
     past_pert = past_clean
     last = prefix[:, -1:]
     seq = prefix.clone()
-    done = torch.zeros(B, dtype=torch.bool)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
     first, final = [], []
     T = cfg.temperature
     for step in range(cfg.gen_length):
@@ -277,7 +284,7 @@ def generate(G: CausalLM, clf: TextClassifier | None, bridge: SharedBridge | Non
             on_token()
         if bool(done.all()):
             break
-    nan = torch.full((B,), float("nan"))
+    nan = torch.full((B,), float("nan"), device=dev)
     return {"ids": seq,
             "ce_first": torch.stack(first).mean(0) if first else nan,
             "ce_last": torch.stack(final).mean(0) if final else nan}

@@ -31,22 +31,24 @@ def vmi_invert(clf: TextClassifier, label: int, n_restarts: int, length: int, *,
     """Invert class ``label`` with ``n_restarts`` random starts of ``length`` tokens.
 
     Returns ``(texts, final_ce)``: the decoded texts and the per-restart CE (R,)
-    of the *soft* embeddings at the last step. Raises ParameterError for
+    of the *soft* embeddings at the last step. Runs on ``clf``'s device; the random
+    starts are drawn on the CPU (the same on every device). Raises ParameterError for
     non-positive sizes.
     """
     if n_restarts < 1 or length < 1 or steps < 0 or lr <= 0:
         raise ParameterError("VMI needs n_restarts, length >= 1, steps >= 0 and lr > 0")
     E = clf.embedding_matrix().detach()
+    dev = E.device
     sp = clf.special_ids()
     d = E.shape[1]
     g = torch.Generator().manual_seed(torch_seed(rng))
-    Z = (torch.randn(n_restarts, length, d, generator=g) * float(E.std())).requires_grad_(True)
+    Z = (torch.randn(n_restarts, length, d, generator=g) * float(E.std())).to(dev).requires_grad_(True)
     opt = torch.optim.Adam([Z], lr=lr)
-    y = torch.full((n_restarts,), int(label), dtype=torch.long)
+    y = torch.full((n_restarts,), int(label), dtype=torch.long, device=dev)
     cls_row = E[sp["cls"]].expand(n_restarts, 1, d)
     sep_row = E[sp["sep"]].expand(n_restarts, 1, d)
-    mask = torch.ones(n_restarts, length + 2, dtype=torch.long)
-    ce = torch.zeros(n_restarts)
+    mask = torch.ones(n_restarts, length + 2, dtype=torch.long, device=dev)
+    ce = torch.zeros(n_restarts, device=dev)
     for _ in range(steps):
         logits = clf.logits_from_embeds(torch.cat([cls_row, Z, sep_row], 1), mask)
         ce = F.cross_entropy(logits, y, reduction="none")
@@ -57,7 +59,7 @@ def vmi_invert(clf: TextClassifier, label: int, n_restarts: int, length: int, *,
         if steps == 0:
             ce = F.cross_entropy(clf.logits_from_embeds(torch.cat([cls_row, Z, sep_row], 1), mask), y, reduction="none")
         toks = clf.vocab_tokens
-        bad = torch.tensor([bool(_SPECIAL.match(t)) or t == "" for t in toks])
+        bad = torch.tensor([bool(_SPECIAL.match(t)) or t == "" for t in toks], device=dev)
         En = F.normalize(E, dim=-1)
         sims = F.normalize(Z.detach().reshape(-1, d), dim=-1) @ En.T
         sims[:, bad] = float("-inf")
@@ -72,4 +74,4 @@ def vmi_invert(clf: TextClassifier, label: int, n_restarts: int, length: int, *,
             else:
                 out.append(t[2:] if t.startswith("##") else t)
         texts.append(" ".join(out))
-    return texts, ce.detach().numpy().astype(np.float64)
+    return texts, ce.detach().cpu().numpy().astype(np.float64)
