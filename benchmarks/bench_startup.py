@@ -3,6 +3,8 @@
     python benchmarks/bench_startup.py                 # 5 runs of each case, interleaved; medians
     python benchmarks/bench_startup.py --runs 9 --plot # more runs; also time `audit --grid --plot`
     python benchmarks/bench_startup.py --quick         # 3 runs (benchmarks/performance.py --quick)
+    git archive 9ad2b82 src | tar -x -C /tmp/base      # an older tree's sources, then:
+    python benchmarks/bench_startup.py --baseline-src /tmp/base/src   # the same cases on it, interleaved
 
 Cases (each a fresh process, as a user types it; wall seconds, median of ``--runs``):
 
@@ -19,7 +21,9 @@ warm-up round is not counted: it fills textdp's caches (the table's geometry, Gl
 Python's bytecode, written even when the caller sets PYTHONDONTWRITEBYTECODE), which a user's
 second run finds. The first-run cost with an empty
 ``TEXTDP_CACHE`` is printed once, for information. CPU seconds (user + system of the child) are
-printed beside the wall times: on a loaded machine they move less than wall time.
+printed beside the wall times: on a loaded machine they move less than wall time. With
+``--baseline-src DIR`` every case also runs on the sources in DIR (``PYTHONPATH=DIR``, e.g. the tree
+before a change), interleaved with the current ones, and the table gives current/baseline.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="timed runs of each case (median reported)")
     ap.add_argument("--quick", action="store_true", help="3 runs of each case (benchmarks/performance.py --quick)")
     ap.add_argument("--plot", action="store_true", help="also time `audit --grid ... --plot` (matplotlib)")
+    ap.add_argument("--baseline-src", metavar="DIR", help="also run every case on the textdp sources in DIR "
+                    "(PYTHONPATH=DIR), interleaved, and print current/baseline")
     args = ap.parse_args()
     if args.quick:
         args.runs = min(args.runs, 3)
@@ -84,15 +90,26 @@ def main() -> None:
     floors = {"python -c pass": [sys.executable, "-c", "pass"],
               "python -c 'import numpy'": [sys.executable, "-c", "import numpy"]}
 
+    base_env = None
+    if args.baseline_src:
+        src = Path(args.baseline_src).resolve()
+        if not (src / "textdp" / "cli" / "main.py").is_file():
+            raise SystemExit(f"--baseline-src {src}: no textdp/cli/main.py there")
+        base_env = {**env, "PYTHONPATH": str(src), "TEXTDP_CACHE": str(work / "baseline-cache")}
     load0 = os.getloadavg()
     cold_env = {**env, "TEXTDP_CACHE": str(work / "cold-cache")}
     cold = _run(cases["sanitize one line"][0], work, cold_env)  # empty cache: computes and stores them
     for cmd in [c for c, _ in cases.values()] + list(floors.values()):  # warm-up (not timed)
         _run(cmd, work, env)
+        if base_env is not None:
+            _run(cmd, work, base_env)
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in [*cases, *floors]}
+    base: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
     for _ in range(args.runs):
         for name, (cmd, _) in cases.items():
             times[name].append(_run(cmd, work, env))
+            if base_env is not None:
+                base[name].append(_run(cmd, work, base_env))
         for name, cmd in floors.items():
             times[name].append(_run(cmd, work, env))
     load1 = os.getloadavg()
@@ -112,6 +129,14 @@ def main() -> None:
         ratio = f"{w / goal:9.2f}" if goal else "        –"
         met = ("yes" if w < goal else "NO") if goal else "–"
         print(f"{name:<22} {w:7.3f} {c:7.3f} {g} {ratio} {met:>4} {w / f_py:8.1f} {w / f_np:7.2f}")
+    if base_env is not None:
+        print()
+        print(f"baseline: the same commands on {args.baseline_src} (interleaved with the runs above)")
+        print(f"{'case':<22} {'base wall':>9} {'base CPU':>9} {'now/base wall':>13} {'now/base CPU':>12}")
+        for name in cases:
+            bw = statistics.median(w for w, _ in base[name])
+            bc = statistics.median(c for _, c in base[name])
+            print(f"{name:<22} {bw:9.3f} {bc:9.3f} {med[name][0] / bw:13.2f} {med[name][1] / bc:12.2f}")
     print()
     for name, (_, goal) in cases.items():  # for benchmarks/performance.py's summary table
         if goal:
