@@ -123,6 +123,21 @@ def test_dpsgd_cli_small(tmp_path):
     assert out.exists()
 
 
+def test_dpsgd_cli_cuda_without_a_device_is_refused_before_loading(monkeypatch):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    import textdp.bounds
+
+    def no_loading(*a, **k):
+        raise AssertionError("features were computed before the device was checked")
+
+    monkeypatch.setattr(textdp.bounds, "text_features", no_loading)
+    r = runner.invoke(app, ["bounds", "dpsgd", "--device", "cuda"])
+    assert r.exit_code == 2, r.output
+    assert "no CUDA device" in r.output and "Traceback" not in r.output
+
+
 @pytest.mark.parametrize("cmd,args,needle", [
     ("glm", ["--targets", "0"], "--targets must be at least 1"),
     ("glm", ["--targets", "-3"], "--targets must be at least 1"),           # was a ValueError (exit 1)
@@ -143,6 +158,7 @@ def test_dpsgd_cli_small(tmp_path):
     ("dpsgd", ["--subsampling", "x"], "--subsampling must be"),
     ("dpsgd", ["--model", "mlp", "--hidden", "0"], "--hidden must be at least 1"),          # silently ran before
     ("dpsgd", ["--model", "cnn"], "--model must be 'logreg' or 'mlp'"),
+    ("dpsgd", ["--device", "tpu"], "--device must be auto, cpu or cuda"),
     ("mse", ["--epsilon", "1", "--order", "1"], "--order must be at least 2"),
 ])
 def test_bad_options_are_named_and_refused_before_loading(monkeypatch, tmp_path, cmd, args, needle):

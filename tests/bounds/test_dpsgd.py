@@ -172,3 +172,100 @@ def test_noisy_clipped_sum_is_float_safe():
     a = noisy_clipped_sum(torch.from_numpy(G), 1.0, 0.3, make_rng(2))
     b = noisy_clipped_sum(torch.from_numpy(G2), 1.0, 0.3, make_rng(2))
     assert np.array_equal(a, b) or np.abs(a - b).max() == g
+
+
+def _old_soft_clipped_map(model, clip_norm):
+    """The soft-clipped per-example gradient written as the original implementation did (autograd
+    through torch's cross_entropy, the norm and the GELU): the reference for the closed form."""
+    from torch.func import functional_call, grad
+
+    def loss_fn(params, x, y):
+        logits = functional_call(model, params, (x.unsqueeze(0),))
+        return torch.nn.functional.cross_entropy(logits, y.unsqueeze(0))
+
+    def clipped(params, x, y):
+        g = grad(loss_fn)(params, x, y)
+        flat = torch.cat([t.reshape(-1) for t in g.values()])
+        nrm = torch.sqrt(torch.sum(flat * flat)) + 1e-7
+        return flat / (torch.nn.functional.gelu(nrm / clip_norm - 1.0) + 1.0)
+
+    return clipped
+
+
+@pytest.mark.parametrize("clip_norm", [1e6, 0.5, 0.02])  # no clipping, moderate, every gradient clipped hard
+def test_closed_form_clip_tangents_equal_the_exact_jacobian(clip_norm):
+    # the training loop's one-pass computation (jvp of the batched raw gradients + closed-form soft-clip
+    # derivative) against J = jacfwd of the original soft-clipped map, with the same explicit probes
+    from torch.func import jacfwd, vmap
+
+    from textdp.bounds.dpsgd import _grads_and_tangents, _raw_grad_fn, _soft_clip_jvp
+
+    X, y = _toy(n=7, d=5, seed=2)
+    X[0] *= 30.0  # a large gradient
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y % 3)
+    ref_map = _old_soft_clipped_map(model, clip_norm)
+    J = vmap(lambda x, yy: jacfwd(lambda xx: ref_map(params, xx, yy))(x))(Xt, yt).double()  # (n, p, d)
+    gen = torch.Generator().manual_seed(0)
+    V = torch.randint(0, 2, (7, 3, 5), generator=gen).float() * 2 - 1  # 3 distinct probes per example
+    G, T = _grads_and_tangents(_raw_grad_fn(model), params, Xt, yt, V)
+    Gc, sq = _soft_clip_jvp(G, T, clip_norm)
+    ref_sq = torch.sum(torch.einsum("npd,nmd->nmp", J, V.double()) ** 2, dim=-1)  # ‖J v‖² per probe
+    np.testing.assert_allclose(sq.double().numpy(), ref_sq.numpy(), rtol=2e-5, atol=1e-12)
+    ref_g = torch.stack([ref_map(params, Xt[i], yt[i]) for i in range(7)])
+    np.testing.assert_allclose(Gc.numpy(), ref_g.numpy(), rtol=1e-5, atol=1e-9)
+    # the basis vectors as probes give the exact trace, as per_example_fil(exact=True) does
+    fil = per_example_fil(model, X, y % 3, clip_norm=clip_norm, noise_multiplier=1.0, exact=True)
+    np.testing.assert_allclose(fil, torch.sum(J**2, dim=(1, 2)).numpy() / (5 * clip_norm**2), rtol=2e-5)
+
+
+def test_probe_estimate_matches_the_old_direct_computation_draw_for_draw():
+    # same seed → same Rademacher probes as the original code drew, and the same ‖J v‖² up to float rounding
+    from torch.func import jvp, vmap
+
+    X, y = _toy(n=9, d=4, seed=3)
+    model = _mlp(4)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    new = per_example_fil(model, X, y, clip_norm=0.3, probes=4, seed=11)
+    from textdp.noise import make_rng
+
+    gen = torch.Generator().manual_seed(int(make_rng(11).integers(0, 2**63 - 1)))
+    V = torch.randint(0, 2, (9, 4, 4), generator=gen, dtype=torch.float32) * 2 - 1
+    ref_map = _old_soft_clipped_map(model, 0.3)
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+
+    def one(x, yy, v):
+        return jvp(lambda xx: ref_map(params, xx, yy), (x,), (v,))[1]
+
+    tang = vmap(vmap(one, in_dims=(None, None, 0)))(Xt, yt, V)  # (n, probes, p)
+    old = torch.sum(tang.double() ** 2, dim=2).mean(dim=1).numpy() / (4 * 0.3**2)
+    np.testing.assert_allclose(new, old, rtol=2e-5)
+
+
+def test_saturated_example_gives_finite_fil():
+    # a record so far from the boundary that softmax saturates in float32: g = 0 exactly. Autograd
+    # through ‖g‖ gave 0·∞ = NaN there; the closed form takes the limit (∂ĝ/∂x = (∂g/∂x)/f(0)).
+    lin = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))
+        lin.bias.zero_()
+    X = np.array([[200.0, 0.0], [0.3, 0.1]], dtype=np.float32)
+    y = np.array([0, 1])
+    v = per_example_fil(lin, X, y, probes=4, seed=0)
+    assert np.all(np.isfinite(v)) and v[0] == 0.0 and v[1] > 0
+
+
+def test_device_selection_defaults_to_cpu_and_refuses_absent_cuda():
+    X, y = _toy(n=40, d=4)
+    r = train_dpsgd_fil(_mlp(4), X, y, epochs=1, batch_size=20, rng=1)
+    assert r.config["device"] == "cpu"
+    a = train_dpsgd_fil(_mlp(4), X, y, epochs=1, batch_size=20, rng=1, device="auto")
+    assert a.config["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    if a.config["device"] == "cpu":  # the same seeded run on the same device
+        np.testing.assert_array_equal(a.eta2, r.eta2)
+    with pytest.raises(ParameterError):
+        train_dpsgd_fil(_mlp(4), X, y, device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ParameterError, match="CUDA"):
+            train_dpsgd_fil(_mlp(4), X, y, device="cuda")

@@ -14,12 +14,25 @@ Cramér–Rao bound applies; ‖ĝ_i‖ ≤ κC with κ = max_t t/(GELU(t−1)+1
 FIL accountant (per example i, cumulative over steps):
   η²_i += w · Tr(J_tᵀJ_t) / (d (σC)²)  for every step with i ∈ B_t,  J_t = ∂ĝ_i/∂x_i (p × d),
 evaluated at θ_t before the update. Tr(JᵀJ) is estimated without forming J: m **distinct**
-Rademacher probes v per example and per step (Hutchinson: E‖Jv‖² = Tr(JᵀJ)), each ‖Jv‖
-through one forward-over-reverse product ``torch.func.jvp`` of the per-example gradient,
-batched with ``torch.func.vmap``. The official code drew all its probes with one key (one
-probe in effect, spec A.9 bug 1); here every probe is independent. Composition adds η²
-(chain rule of Fisher information) along the realised trajectory, an unbiased single-sample
-estimate of the expected information.
+Rademacher probes v per example and per step (Hutchinson: E‖Jv‖² = Tr(JᵀJ)). The official
+code drew all its probes with one key (one probe in effect, spec A.9 bug 1); here every probe
+is independent. Composition adds η² (chain rule of Fisher information) along the realised
+trajectory, an unbiased single-sample estimate of the expected information.
+
+Computation (one pass per step, shared with the clip): ``torch.func.jvp`` of the batched
+raw-gradient map X ↦ (g_1 … g_B) (``torch.func.vmap`` of ``torch.func.grad``), vmapped over
+the probe axis, gives the raw per-example gradients g_i and their tangents t_ik = (∂g_i/∂x_i) v_ik
+together (forward over reverse; row i depends on x_i only, so one product with the stacked
+probes gives every example's). The soft clip and its derivative are then closed-form
+(:func:`_soft_clip_jvp`): with n = ‖g‖, u = (n + 10⁻⁷)/C − 1, f = GELU(u) + 1,
+
+    ĝ = g / f,   (∂ĝ/∂x) v = [t − g · GELU'(u) (gᵀt) / (C n f)] / f,
+
+and ĝ goes to the noise (:func:`noisy_clipped_sum`), so the per-example gradients are computed
+once for both. This is the same quantity and, for a given seed, the same probes as the
+earlier per-example ``vmap(jvp(clipped gradient))`` (values equal up to float rounding,
+tests/bounds/test_dpsgd.py), at a lower cost (benchmarks/bench_bounds.py); at g = 0 (saturated
+softmax) it takes the limit t/f instead of autograd's 0·∞ (NaN).
 
 Subsampling (``subsampling=``), i.e. how the step's information enters example i's total:
 
@@ -133,19 +146,16 @@ def _as_tensors(X, y):
 
 
 def _functions(model, clip_norm: float):
-    """Per-example soft-clipped gradient (flat) as a function of (params, x, y)."""
+    """Per-example soft-clipped gradient (flat) as a function of (params, x, y), written
+    directly (autograd through the clip). The reference for the exact FIL
+    (:func:`per_example_fil` with ``exact=True``, ``torch.func.jacfwd``); the training loop
+    uses :func:`_raw_grad_fn` and :func:`_soft_clip_jvp`, which give the same values."""
     import torch
-    from torch.func import functional_call, grad
 
-    def loss_fn(params, x, y):
-        logits = functional_call(model, params, (x.unsqueeze(0),))
-        return torch.nn.functional.cross_entropy(logits, y.unsqueeze(0))
-
-    gfn = grad(loss_fn)
+    raw = _raw_grad_fn(model)
 
     def clipped(params, x, y):
-        g = gfn(params, x, y)
-        flat = torch.cat([t.reshape(-1) for t in g.values()])
+        flat = raw(params, x, y)
         nrm = torch.sqrt(torch.sum(flat * flat)) + 1e-7
         factor = torch.nn.functional.gelu(nrm / clip_norm - 1.0) + 1.0
         return flat / factor
@@ -153,44 +163,118 @@ def _functions(model, clip_norm: float):
     return clipped
 
 
-def _fil_probes(clipped, params, xb, yb, probes: int, gen):
-    """(ĝ (B, p), mean over probes of ‖J v‖² (B,)) with distinct Rademacher probes."""
+def _raw_grad_fn(model):
+    """Per-example raw gradient g = ∇_θ ℓ(θ; x, y), flattened to ``(p,)`` (parameters in
+    ``named_parameters`` order), as a function of (params, x ``(d,)``, y ``()``)."""
     import torch
+    from torch.func import functional_call, grad
+
+    def loss_fn(params, x, y):  # cross-entropy, written so that forward mode needs no decomposition
+        logits = functional_call(model, params, (x.unsqueeze(0),))[0]
+        return -torch.log_softmax(logits, dim=0).gather(0, y.unsqueeze(0))[0]
+
+    gfn = grad(loss_fn)
+
+    def raw(params, x, y):
+        return torch.cat([t.reshape(-1) for t in gfn(params, x, y).values()])
+
+    return raw
+
+
+def _soft_clip(G, clip_norm: float):
+    """Soft clip of per-example raw gradients ``G`` (B, p): (ĝ (B, p), factor f (B,), ‖g‖ (B,)),
+    ĝ = g / f with f = GELU(‖g‖/C − 1) + 1 (exact erf GELU; ‖g‖ carries the same + 1e-7 as
+    :func:`_functions`)."""
+    import torch
+
+    nrm = torch.linalg.vector_norm(G, dim=-1)
+    f = torch.nn.functional.gelu((nrm + 1e-7) / clip_norm - 1.0) + 1.0
+    return G / f.unsqueeze(-1), f, nrm
+
+
+def _soft_clip_jvp(G, T, clip_norm: float):
+    """Soft clip and its directional derivatives, in closed form from the raw gradients.
+
+    G: ``(B, p)`` raw per-example gradients g; T: ``(B, m, p)`` tangents t = (∂g/∂x) v for m
+    probes v (overwritten). With n = ‖g‖, u = (n + 1e-7)/C − 1, f = GELU(u) + 1 and
+    GELU'(u) = Φ(u) + u φ(u), the chain rule gives the tangent of ĝ = g/f:
+
+        (∂ĝ/∂x) v = [t − g · GELU'(u) (gᵀt) / (C n f)] / f
+
+    (at g = 0 the second term is 0, the limit of the map; autograd through ‖g‖ would give
+    0 · ∞ there). The bracket is formed coordinate by coordinate, as forward-mode
+    differentiation of :func:`_functions`'s map does (no cancellation between squared
+    norms). Returns (ĝ ``(B, p)``, ‖(∂ĝ/∂x) v‖² ``(B, m)``), the same values as that map's
+    ``torch.func.jvp`` up to float rounding.
+    """
+    import torch
+
+    Gc, f, nrm = _soft_clip(G, clip_norm)
+    u = (nrm + 1e-7) / clip_norm - 1.0
+    dgelu = 0.5 * (1.0 + torch.erf(u * _SQRT_HALF)) + u * torch.exp(-0.5 * u * u) * _INV_SQRT_2PI
+    Gb = G.unsqueeze(1)  # (B, 1, p)
+    gt = torch.linalg.vecdot(T, Gb)  # (B, m): gᵀt per probe
+    safe = torch.where(nrm > 0, nrm, torch.ones_like(nrm))
+    c = torch.where(nrm > 0, dgelu / (clip_norm * safe * f), torch.zeros_like(nrm))  # (B,)
+    T.addcmul_(Gb, (c[:, None] * gt).unsqueeze(-1), value=-1.0)  # the bracket, in place
+    return Gc, torch.linalg.vector_norm(T, dim=-1) ** 2 / (f * f)[:, None]
+
+
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _grads_and_tangents(raw, params, xb, yb, V):
+    """Raw per-example gradients and their tangents for the probes in one forward-over-reverse
+    pass: ``torch.func.jvp`` of the batched gradient map X ↦ G (``vmap`` of
+    :func:`_raw_grad_fn`) at ``xb`` (B, d), vmapped over the probe axis of ``V`` (B, m, d).
+    Row i of G depends on x_i only, so the batched map's Jacobian is block-diagonal and its
+    product with the probes gives every (∂g_i/∂x_i) v_ik at once; the gradient itself is
+    computed once per step, not once per probe. Returns (G (B, p), T (B, m, p))."""
     from torch.func import jvp, vmap
+
+    if xb._base is not None:  # a view: jvp would allocate a zero tangent for its whole base storage
+        xb = xb.clone()
+    batched = vmap(raw, in_dims=(None, 0, 0))
+
+    def f(X):
+        return batched(params, X, yb)
+
+    if V.shape[1] == 1:
+        G, T = jvp(f, (xb,), (V[:, 0],))
+        return G, T.unsqueeze(1)
+    G, T = vmap(lambda v: jvp(f, (xb,), (v,)), in_dims=1, out_dims=0)(V)  # (m, B, p) each
+    return G[0], T.transpose(0, 1)
+
+
+def _fil_probes(raw, params, xb, yb, probes: int, gen, clip_norm: float):
+    """(ĝ (B, p), mean over probes of ‖(∂ĝ/∂x) v‖² (B,)) with distinct Rademacher probes v
+    ``(B, probes, d)`` drawn from the CPU ``torch.Generator`` ``gen`` (the same draws on
+    every device)."""
+    import torch
 
     B, d = xb.shape
-    V = (torch.randint(0, 2, (B, probes, d), generator=gen, dtype=torch.float32) * 2 - 1)
-
-    def one(x, y, v):
-        return jvp(lambda xx: clipped(params, xx, y), (x,), (v,))
-
-    def per_example(x, y, vs):
-        prim, tang = vmap(one, in_dims=(None, None, 0))(x, y, vs)
-        return prim[0], torch.sum(tang * tang, dim=1).mean()
-
-    return vmap(per_example)(xb, yb, V)
+    V = torch.randint(0, 2, (B, probes, d), generator=gen, dtype=torch.float32).mul_(2.0).sub_(1.0).to(xb.device)
+    G, T = _grads_and_tangents(raw, params, xb, yb, V)
+    Gc, sq = _soft_clip_jvp(G, T, clip_norm)
+    return Gc, sq.mean(dim=1)
 
 
-def _exact_traces(clipped, params, xb, yb, max_floats: int = 1 << 24):
+def _exact_traces(raw, params, xb, yb, clip_norm: float, max_floats: int = 1 << 24):
     """Exact Tr(JᵀJ) (B,) of J = ∂ĝ/∂x per example: Σ_j ‖J e_j‖² over all d input directions,
-    by forward-mode products on the basis vectors, in column chunks of at most ``max_floats``
-    tangent values (memory bound)."""
+    by forward-mode products on the basis vectors (:func:`_grads_and_tangents`, closed-form
+    clip), in column chunks of at most ``max_floats`` tangent values (memory bound)."""
     import torch
-    from torch.func import jvp, vmap
 
     B, d = xb.shape
     p = sum(v.numel() for v in params.values())
     cols = max(1, min(d, max_floats // max(1, B * p)))
-    eye = torch.eye(d, dtype=xb.dtype)
-    tr = torch.zeros(B, dtype=torch.float64)
-
-    def one(x, y, v):
-        return jvp(lambda xx: clipped(params, xx, y), (x,), (v,))[1]
-
-    per_ex = vmap(vmap(one, in_dims=(None, None, 0)), in_dims=(0, 0, None))
+    eye = torch.eye(d, dtype=xb.dtype, device=xb.device)
+    tr = torch.zeros(B, dtype=torch.float64, device=xb.device)
     for c0 in range(0, d, cols):
-        tang = per_ex(xb, yb, eye[c0:c0 + cols])  # (B, cols, p)
-        tr += torch.sum(tang.double() ** 2, dim=(1, 2))
+        E = eye[c0:c0 + cols].unsqueeze(0).expand(B, -1, -1)  # (B, cols, d)
+        G, T = _grads_and_tangents(raw, params, xb, yb, E)
+        tr += torch.sum(_soft_clip_jvp(G, T, clip_norm)[1].double(), dim=1)
     return tr
 
 
@@ -208,7 +292,9 @@ def noisy_clipped_sum(G, bound: float, noise_std: float, rng) -> np.ndarray:
     from textdp.noise import gaussian
     from textdp.noise.samplers import gaussian_granularity
 
-    X = np.array(G.detach().cpu().double().numpy() if hasattr(G, "detach") else G, dtype=np.float64)  # own copy
+    if hasattr(G, "detach"):
+        G = G.detach().cpu().numpy()
+    X = np.array(G, dtype=np.float64)  # own copy; float32 → float64 is exact
     g = gaussian_granularity(noise_std)
     if X.shape[0] * bound / g >= 2.0**52:
         raise ParameterError("the noise is too small for the clip norm and batch (the exact lattice sum would "
@@ -218,7 +304,8 @@ def noisy_clipped_sum(G, bound: float, noise_std: float, rng) -> np.ndarray:
     over = norms > target
     if over.any():
         X[over] *= (target / norms[over])[:, None]
-    K = np.trunc(X / g)  # toward zero: |K g| ≤ |x| coordinate-wise
+    X /= g  # exact (g is a power of two), in place
+    K = np.trunc(X, out=X)  # toward zero: |K g| ≤ |x| coordinate-wise
     S = K.sum(axis=0) * g  # exact: integers below 2^52 times a power of two
     return S + gaussian(noise_std, S.shape, rng)
 
@@ -226,28 +313,34 @@ def noisy_clipped_sum(G, bound: float, noise_std: float, rng) -> np.ndarray:
 def per_example_fil(model, X, y, clip_norm: float = 1.0, noise_multiplier: float = 1.0, probes: int = 8,
                     exact: bool = False, seed: int | None = None) -> np.ndarray:
     """One step's per-example dFIL η²_i = Tr(J_iᵀJ_i)/(d (σC)²) at the model's current
-    parameters, J_i = ∂ĝ_i/∂x_i. ``exact=True`` forms J with ``torch.func.jacfwd`` (small
-    models only); otherwise the Hutchinson estimate with ``probes`` distinct probes.
-    Returns ``(n,)`` float64."""
+    parameters, J_i = ∂ĝ_i/∂x_i. ``exact=True`` forms J with ``torch.func.jacfwd`` through the
+    soft-clipped gradient map (small models only; the reference the tests check the training
+    loop's closed-form computation against); otherwise the Hutchinson estimate with ``probes``
+    distinct Rademacher probes, computed as in :func:`train_dpsgd_fil`. Runs on the device of
+    the model's parameters. Returns ``(n,)`` float64."""
     import torch
     from torch.func import jacfwd, vmap
+
+    from textdp.models.device import module_device
 
     check_model(model)
     C = _pos(clip_norm, "clip_norm")
     s = _pos(noise_multiplier, "noise_multiplier")
     Xt, yt = _as_tensors(X, y)
+    dev = module_device(model)
+    Xt, yt = Xt.to(dev), yt.to(dev)
     d = Xt.shape[1]
     params = {k: v.detach() for k, v in model.named_parameters()}
-    clipped = _functions(model, C)
     if exact:
+        clipped = _functions(model, C)
         J = vmap(lambda x, yy: jacfwd(lambda xx: clipped(params, xx, yy))(x))(Xt, yt)  # (n, p, d)
         tr = torch.sum(J * J, dim=(1, 2))
     else:
         from textdp.noise import make_rng
 
         gen = torch.Generator().manual_seed(int(make_rng(seed).integers(0, 2**63 - 1)))
-        _, tr = _fil_probes(clipped, params, Xt, yt, int(probes), gen)
-    return tr.double().numpy() / (d * (s * C) ** 2)
+        _, tr = _fil_probes(_raw_grad_fn(model), params, Xt, yt, int(probes), gen, C)
+    return tr.double().cpu().numpy() / (d * (s * C) ** 2)
 
 
 _DEFAULT_ORDERS = (1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0, 32.0, 48.0, 64.0)
@@ -356,6 +449,7 @@ def train_dpsgd_fil(
     subsampling: str = "sampled",
     rng=None,
     progress: Callable[[int, int], None] | None = None,
+    device: str | None = "cpu",
 ) -> DPSGDResult:
     """Train ``model`` (any small ``torch.nn.Module`` mapping ``(B, d)`` float32 to
     ``(B, K)`` logits; trained in place) with soft-clipped DP-SGD and account per-example
@@ -372,13 +466,23 @@ def train_dpsgd_fil(
     exact traces; n/B × d/probes times the FIL work) or ``"wmax"`` (official heuristic).
     fil=False skips the FIL accountant (the plain DP-SGD baseline of the benchmark).
     rng: textdp generator or seed (None: CSPRNG). ε is per record, for the whole run.
-    Raises ParameterError (σ, C, lr, B, δ out of range, batch norm) / InputError (shapes).
+    device: ``"cpu"`` (default), ``"cuda"`` / ``"cuda:N"`` or ``"auto"`` (CUDA when
+    ``torch.cuda.is_available()``, else CPU; :func:`textdp.models.device.resolve_device`).
+    The model is moved there (in place) and the gradients, tangents and updates are computed
+    there; the batch indices, the Hutchinson probes (CPU ``torch.Generator``) and the
+    float-safe noise (float64 on the CPU, :func:`noisy_clipped_sum`) are drawn on the CPU, so
+    a seeded run draws the same batches, probes and noise on every device (the float
+    arithmetic of the gradients, hence the trained weights, differs across devices).
+    Raises ParameterError (σ, C, lr, B, δ out of range, batch norm, unknown or absent device)
+    / InputError (shapes).
     """
     import torch
 
+    from textdp.models.device import resolve_device
     from textdp.noise import make_rng, random_source
 
     check_model(model)
+    dev = torch.device(resolve_device(device))
     C = _pos(clip_norm, "clip_norm")
     sigma = _pos(noise_multiplier, "noise_multiplier")
     lr = _pos(lr, "lr")
@@ -396,6 +500,8 @@ def train_dpsgd_fil(
         raise ParameterError(f"subsampling must be one of {', '.join(SUBSAMPLING_MODES)}, got {subsampling!r}")
     Xt, yt = _as_tensors(X, y)
     n, d = Xt.shape
+    Xt, yt = Xt.to(dev), yt.to(dev)
+    model.to(dev)
     B = int(batch_size)
     if not (1 <= B <= n):
         raise ParameterError(f"batch_size must be in [1, {n}], got {batch_size!r}")
@@ -412,11 +518,11 @@ def train_dpsgd_fil(
 
         eps_step = dp_accounting.get_epsilon_gaussian(sigma / (2 * kappa), delta)
         w = q / (q + (1 - q) * math.exp(-eps_step))
-    clipped = _functions(model, C)
+    raw = _raw_grad_fn(model)
     chunk = 64  # examples per exact-trace call in "expected" mode
     from torch.func import vmap
 
-    per_ex_grad = vmap(clipped, in_dims=(None, 0, 0))
+    per_ex_grad = vmap(raw, in_dims=(None, 0, 0))
     steps_per_epoch = max(n // B, 1)
     eta2 = np.zeros(n) if fil else None
     params = dict(model.named_parameters())
@@ -429,23 +535,25 @@ def train_dpsgd_fil(
         t0 = time.perf_counter()
         for _ in range(steps_per_epoch):
             idx = np.sort(gen_np.choice(n, size=B, replace=False))
-            it = torch.from_numpy(idx)
-            xb, yb = Xt[it], yt[it]
+            it = torch.from_numpy(idx).to(dev)
+            xb, yb = Xt.index_select(0, it), yt.index_select(0, it)
             detached = {k: v.detach() for k, v in params.items()}
-            if fil and subsampling != "expected":
-                G, tr = _fil_probes(clipped, detached, xb, yb, int(probes), gen_t)
-                eta2[idx] += w * tr.double().numpy() / (d * (sigma * C) ** 2)
+            if fil and subsampling != "expected":  # one pass: gradients (for the clip) and their tangents
+                G, tr = _fil_probes(raw, detached, xb, yb, int(probes), gen_t, C)
+                eta2[idx] += w * tr.double().cpu().numpy() / (d * (sigma * C) ** 2)
             else:
-                G = per_ex_grad(detached, xb, yb)
+                G = _soft_clip(per_ex_grad(detached, xb, yb), C)[0]
             if fil and subsampling == "expected":  # every example, every step: q·I₁ with the exact trace
                 for c0 in range(0, n, chunk):
-                    tr = _exact_traces(clipped, detached, Xt[c0:c0 + chunk], yt[c0:c0 + chunk])
-                    eta2[c0:c0 + chunk] += q * tr.numpy() / (d * (sigma * C) ** 2)
-            S = torch.from_numpy(noisy_clipped_sum(G, kappa * C, sigma * C, gen_np) / B).to(G.dtype)
+                    tr = _exact_traces(raw, detached, Xt[c0:c0 + chunk], yt[c0:c0 + chunk], C)
+                    eta2[c0:c0 + chunk] += q * tr.cpu().numpy() / (d * (sigma * C) ** 2)
+            S = torch.from_numpy(noisy_clipped_sum(G, kappa * C, sigma * C, gen_np) / B).to(G.dtype).to(dev)
             with torch.no_grad():
                 off = 0
                 for k, shp, m in shapes:
-                    g = S[off:off + m].reshape(shp) + weight_decay * params[k]
+                    g = S[off:off + m].reshape(shp)
+                    if weight_decay:
+                        g = g + weight_decay * params[k]
                     off += m
                     vel[k].mul_(momentum).add_(g)
                     params[k].sub_(lr * vel[k])
@@ -473,7 +581,8 @@ def train_dpsgd_fil(
     config = {"n": n, "d": d, "params": p_total, "epochs": int(epochs), "batch_size": B, "lr": lr,
               "momentum": momentum, "weight_decay": weight_decay, "clip_norm": C, "noise_multiplier": sigma,
               "delta": delta, "probes": int(probes), "subsampling": subsampling, "subsampling_factor": w,
-              "soft_clip_kappa": kappa, "sampling": "uniform fixed-size batches, without replacement, per step",
+              "soft_clip_kappa": kappa, "device": str(dev),
+              "sampling": "uniform fixed-size batches, without replacement, per step",
               "fil": None if not fil else ("bound per example along the trajectory: q·I₁ every step, exact trace"
                                            if subsampling == "expected" else
                                            "estimate: single draw of the batches, Hutchinson trace"),

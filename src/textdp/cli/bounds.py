@@ -18,6 +18,7 @@ from rich.table import Table
 
 from textdp.cli._common import err_console, handle_errors, opt_json, opt_overwrite, opt_quiet, opt_seed, out_console, print_json, progress
 from textdp.cli._common import parse_floats
+from textdp.cli._options import opt_device
 from textdp.errors import OutputError, ParameterError
 
 bounds_app = typer.Typer(help="Lower bounds on reconstruction error (RDP and Fisher information), FIL accounting.",
@@ -346,6 +347,7 @@ def dpsgd_cmd(
     seed: Optional[int] = opt_seed(),
     quiet: bool = opt_quiet(),
     as_json: bool = opt_json(),
+    device: str = opt_device(),
 ):
     """Train a small DP-SGD text classifier with per-example FIL accounting next to its RDP ε."""
     import torch
@@ -353,7 +355,9 @@ def dpsgd_cmd(
     from textdp.bounds import text_features
     from textdp.bounds.dpsgd import train_dpsgd_fil
     from textdp.data.io import check_output_path, write_table
+    from textdp.models.device import resolve_device
 
+    device = resolve_device(device)  # cuda without a visible device: one line, exit 2, before any work
     _check_data_options(features, max_features, n_records)
     _refuse_unused_data_options(ctx, features, output)
     _require(model in ("logreg", "mlp"), f"--model must be 'logreg' or 'mlp', got {model!r}")
@@ -391,7 +395,7 @@ def dpsgd_cmd(
         task = pb.add_task("DP-SGD steps", total=None)
         res = train_dpsgd_fil(net, X, tf.y.astype(int), epochs=epochs, batch_size=batch_size, lr=lr, clip_norm=clip,
                               noise_multiplier=noise_multiplier, delta=delta, probes=probes, subsampling=subsampling,
-                              rng=seed, progress=lambda k, t: pb.update(task, completed=k, total=t))
+                              rng=seed, progress=lambda k, t: pb.update(task, completed=k, total=t), device=device)
     tab = res.table()
     if output is not None:
         write_table(tab, output)
