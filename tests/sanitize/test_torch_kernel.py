@@ -45,9 +45,13 @@ def _numpy_cdf(y, center, eps, x, sc):
 
 
 def _backend(monkeypatch, name):
-    if name == "numba" and not sampling.numba_available():
+    """numba: sample_block's numba kernel; fused: the mechanisms' fused numba kernel
+    (sampling.fused_sample); numpy: textdp.noise.ExactCategorical."""
+    if name in ("numba", "fused") and not sampling.numba_available():
         pytest.skip("numba not installed")
-    monkeypatch.setenv(sampling.BACKEND_ENV, name)
+    if name == "fused" and not hasattr(sampling, "fused_sample"):
+        pytest.skip("no fused sampler in this version")
+    monkeypatch.setenv(sampling.BACKEND_ENV, "numpy" if name == "numpy" else "numba")
 
 
 @pytest.mark.parametrize("eps, scale", [(0.5, 0.4), (3.0, 0.4), (20.0, 0.4), (3.0, 200.0)])
@@ -69,17 +73,21 @@ def test_integer_weights_match_numpy_backend(eps, scale):
     assert np.abs(cum[:, -1] - 2**62).max() <= V  # totals within V of 2^62
 
 
-@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("backend", ["numba", "fused", "numpy"])
 @pytest.mark.parametrize("eps", [0.5, 3.0, 20.0])
 def test_realised_law_matches_block_probabilities(eps, backend, monkeypatch):
     _backend(monkeypatch, backend)
     y, center, rows, sc = _setup(eps)
     p_t = TorchExpSampler(y, eps, center).probabilities(y[rows], sc)
-    p_ref = sampling.block_probabilities(sampling.DistanceKernel(y, eps, center).scaled_sq(y[rows]), sc)
+    kern = sampling.DistanceKernel(y, eps, center)
+    if backend == "fused":
+        p_ref = sampling.fused_probabilities(kern, y[rows], sc, DEFAULT_ETA)
+    else:
+        p_ref = sampling.block_probabilities(kern.scaled_sq(y[rows]), sc)
     assert p_t.shape == p_ref.shape == (len(rows), V)
     np.testing.assert_allclose(p_t.sum(1), 1.0, rtol=1e-12)
     assert (p_t >= DEFAULT_ETA / V * (1 - 1e-9)).all()  # the uniform floor eta / V
-    tol = WEIGHT_TOL if backend == "numba" else 1e-12
+    tol = 1e-12 if backend == "numpy" else WEIGHT_TOL
     assert np.abs(p_t / p_ref - 1).max() <= tol
 
 
@@ -107,9 +115,16 @@ def _draws(backend, monkeypatch, eps, n_tokens, v=V, seed=5):
         e = min(len(uniq), s + 16)
         occ = order[bounds[s]:bounds[e]]
         st, pos = streams[occ], positions[occ]
-        ref[occ] = sampling.sample_block(kern.scaled_sq(y[uniq[s:e]]), self_cols[first[s:e]], counts[s:e], None,
-                                         DEFAULT_ETA, uniforms=lambda t: keyed.keyed_uniform_below(
-                                             key, st, pos, keyed.MAIN, t))
+
+        def uniforms(t):
+            return keyed.keyed_uniform_below(key, st, pos, keyed.MAIN, t)
+
+        if backend == "fused":
+            ref[occ] = sampling.fused_sample(kern, y[uniq[s:e]], self_cols[first[s:e]], counts[s:e], uniforms,
+                                             DEFAULT_ETA)
+        else:
+            ref[occ] = sampling.sample_block(kern.scaled_sq(y[uniq[s:e]]), self_cols[first[s:e]], counts[s:e],
+                                             None, DEFAULT_ETA, uniforms=uniforms)
         cum = ts.integer_weights(ts.scaled_sq(y[uniq[s:e]]), self_cols[first[s:e]]).numpy()
         r = np.repeat(np.arange(e - s), counts[s:e])
         us[occ] = keyed.keyed_uniform_below(key, st, pos, keyed.MAIN, cum[r, -1].astype(np.uint64))
@@ -126,14 +141,15 @@ def test_seeded_draws_equal_numpy_backend(monkeypatch):
     assert (got == ref).all()
 
 
+@pytest.mark.parametrize("backend", ["numba", "fused"])
 @pytest.mark.parametrize("eps", [1.0, 3.0])
-def test_seeded_draws_equal_numba_except_ties(monkeypatch, eps):
+def test_seeded_draws_equal_numba_except_ties(monkeypatch, eps, backend):
     """10,000 draws against the numba kernel, whose exp is accurate to 1e-8: a draw may differ
     only at a float tie, i.e. when its uniform lies within the weights' error
     (2e-8 of the total) of a cumulative boundary between the two answers. The expected
     number of ties is sum over draws of sum_j |cum_j - cum'_j| / C <~ 10,000 * 2e-8 * V / 2
     (3e-1 at most, 3e-3 measured); more than 3 has probability < 1e-3 even at the bound."""
-    tokens, got, ref, cums, us = _draws("numba", monkeypatch, eps, 10_000)
+    tokens, got, ref, cums, us = _draws(backend, monkeypatch, eps, 10_000)
     differ = np.flatnonzero(got != ref)
     assert len(differ) <= 3
     for k in differ:
@@ -185,3 +201,64 @@ def test_bad_arguments():
         ts.sample(y[:2], [-1, -1], [1, -1], lambda t: np.zeros(len(t), np.uint64))
     with pytest.raises(ParameterError):
         TorchExpSampler(y, 1.0, center, eta=0.0)
+
+
+# ---------------------------------------------------------------------------- the mechanisms' hook
+def _emb(v=3000, seed=0):
+    from textdp.embeddings import Embeddings
+
+    return Embeddings([f"w{i}" for i in range(v)], _table(v, seed=seed, scale=0.62), source="test", kind="word",
+                      lowercase=True)
+
+
+@pytest.mark.parametrize("mech_name", ["santext", "santext+"])
+def test_mechanism_on_the_torch_sampler_gives_the_same_release(mech_name):
+    """sampler_device (set by device="cuda") routes SanText/SanText+ through the torch kernel; on
+    torch's CPU device a seeded release equals the numba/numpy one (a tie has probability ~1e-7
+    per token here: none expected in 6,000 tokens) and epsilon0 is unchanged."""
+    from textdp.sanitize import make_mechanism
+
+    emb = _emb()
+    g = np.random.Generator(np.random.PCG64(4))  # test data
+    texts = [" ".join(f"w{int(i)}" for i in g.zipf(1.2, 30) % 3000) for _ in range(200)]
+    kw = dict(output_vocabulary=[f"w{i}" for i in range(0, 3000, 2)], rng=7)
+    a = make_mechanism(mech_name, emb, 3.0, **kw)
+    b = make_mechanism(mech_name, emb, 3.0, **kw)
+    b.sampler_device = "cpu"
+    out_a, out_b = a.sanitize(texts), b.sanitize(texts)
+    assert b._torch_cache is not None  # the torch sampler ran
+    assert out_a == out_b
+    assert sum(x != y for x, y in zip(" ".join(out_a).split(), " ".join(texts).split())) > 1000  # words did change
+    assert a.sampling_epsilon0 == b.sampling_epsilon0 > 0
+
+
+def test_device_option_of_the_mechanisms(monkeypatch):
+    from textdp.sanitize import FBDD, SanText
+
+    emb = _emb(200)
+    assert SanText(emb, 1.0, output_vocabulary="full").sampler_device is None  # default: the CPU sampler
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ParameterError, match="sees no CUDA device"):
+        SanText(emb, 1.0, device="cuda")
+    assert SanText(emb, 1.0, output_vocabulary="full", device="auto").sampler_device is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert SanText(emb, 1.0, output_vocabulary="full", device="auto").sampler_device == "cuda"
+    with pytest.raises(ParameterError, match="fbdd has no GPU sampler"):
+        FBDD(emb, 1.0, device="cuda")
+    assert FBDD(emb, 1.0, output_vocabulary="full", device="auto").device == "cpu"
+
+
+def test_sanitize_cli_device(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+
+    src = tmp_path / "in.txt"
+    src.write_text("the cat sat\n", "utf-8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    r = CliRunner().invoke(app, ["sanitize", str(src), "-e", "3", "--device", "cuda", "-o", str(tmp_path / "o.txt")])
+    assert r.exit_code == 2 and "sees no CUDA device" in r.output and not (tmp_path / "o.txt").exists()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    r = CliRunner().invoke(app, ["sanitize", str(src), "-m", "fbdd", "-e", "3", "--device", "cuda",
+                                 "-o", str(tmp_path / "o.txt")])
+    assert r.exit_code == 2 and "fbdd has no GPU sampler" in r.output

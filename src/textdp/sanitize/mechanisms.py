@@ -267,9 +267,17 @@ class TokenSanitizer:
     workers: threads computing blocks in parallel (default ``min(4, cpu_count)``);
         every token draws from its own keyed stream, so a seeded run gives the same
         output for any number of workers.
+    device: ``"cpu"`` (default: the numba/numpy sampler), ``"cuda"`` or ``"auto"``
+        (:func:`textdp.models.device.resolve_device`): SanText's and SanText+'s sampler on a
+        CUDA device (:mod:`textdp.sanitize._torch_kernel`: the same integer law and keyed
+        uniforms, so the same draws except at float ties; the same accounted ``epsilon0``).
+        FBDD has no GPU sampler: ``cuda`` is refused, ``auto`` means ``cpu``.
 
     Raises ParameterError for invalid parameters.
     """
+
+    #: whether the mechanism's sampler runs on a torch device (SanText, SanText+)
+    torch_sampler = False
 
     name = "token-sanitizer"
     exact_probabilities = True
@@ -294,8 +302,17 @@ class TokenSanitizer:
 
     def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, output_vocabulary="public",
                  oov: str = "uniform", unk_token: str = "[UNK]", rng=None, block_bytes: int = DEFAULT_BLOCK_BYTES,
-                 workers: int | None = None, eta: float = DEFAULT_ETA):
+                 workers: int | None = None, eta: float = DEFAULT_ETA, device: str = "cpu"):
         self.epsilon = self.check_epsilon_range(epsilon)  # before the embeddings are loaded
+        from textdp.models.device import resolve_device
+
+        if not self.torch_sampler and str(device).strip().lower() == "auto":
+            device = "cpu"
+        self.device = resolve_device(device)
+        if self.device != "cpu" and not self.torch_sampler:
+            raise ParameterError(f"--device {self.device}: {self.name} has no GPU sampler; use --device cpu")
+        #: torch device of the exponential-mechanism sampler, None for the numba/numpy one
+        self.sampler_device = None if self.device == "cpu" else self.device
         try:
             self.eta = float(eta)
         except (TypeError, ValueError):
@@ -705,7 +722,10 @@ class TokenSanitizer:
         (:func:`textdp.sanitize.sampling.fused_sample` with numba, else
         :func:`textdp.sanitize.sampling.sample_block`); occurrence ``i``'s uniform comes from
         its own keyed stream ``(streams[i], positions[i])``, so the result does not depend on
-        the block size or the number of workers."""
+        the block size or the number of workers. With :attr:`sampler_device` set, the torch
+        sampler (:func:`textdp.sanitize._torch_kernel.sample_tokens`) draws them on that device."""
+        if getattr(self, "sampler_device", None) is not None:
+            return self._exp_sample_torch(rows, out_rows, key, streams, positions, progress)
         uniq, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
         order = np.argsort(inverse, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -758,6 +778,20 @@ class TokenSanitizer:
                         progress(k)
         return result
 
+    def _exp_sample_torch(self, rows, out_rows, key, streams, positions, progress) -> np.ndarray:
+        from textdp.sanitize import _torch_kernel
+
+        k = (id(out_rows), len(out_rows), self.sampler_device)
+        cache = getattr(self, "_torch_cache", None)
+        if cache is None or cache[0] != k:
+            vec = self.embeddings.vectors
+            y = vec if len(out_rows) == len(vec) and np.array_equal(out_rows, np.arange(len(vec))) else vec[out_rows]
+            cache = self._torch_cache = (k, _torch_kernel.TorchExpSampler(
+                y, self.epsilon, self._geometry()[0], eta=self.eta, device=self.sampler_device))
+        cols = _torch_kernel.sample_tokens(cache[1], self.embeddings.vectors, rows, self._self_cols(rows, out_rows),
+                                           key, streams, positions, progress=progress)
+        return out_rows[cols]
+
     def _self_cols(self, rows: np.ndarray, out_rows: np.ndarray) -> np.ndarray:
         pos = np.full(len(self.embeddings), -1, dtype=np.int64)
         pos[out_rows] = np.arange(len(out_rows))
@@ -787,9 +821,16 @@ class TokenSanitizer:
     def sampling_epsilon0(self) -> float:
         """Additive per-token privacy loss of the float-safe sampler over the ideal
         mechanism (:func:`textdp.sanitize.sampling.sampling_epsilon0`; depends only
-        on eps, eta and the embedding table, not on the data)."""
-        return sampling.sampling_epsilon0(self.epsilon, self.embeddings.dim, self._geometry()[1],
-                                          len(self.embeddings), self.eta)
+        on eps, eta and the embedding table, not on the data). The torch sampler's exp
+        bound (2 ulp, :mod:`textdp.sanitize._torch_kernel`) lies inside the CPU kernel's
+        accounted 1e-8, so the value is the same on every device."""
+        e0 = sampling.sampling_epsilon0(self.epsilon, self.embeddings.dim, self._geometry()[1],
+                                        len(self.embeddings), self.eta)
+        if getattr(self, "sampler_device", None) is not None:  # the larger of the two exp bounds (adds 0)
+            from textdp.sanitize._torch_kernel import exp_relative_error
+
+            e0 += 4 * (exp_relative_error() - sampling.EXP_RELATIVE_ERROR)
+        return e0
 
     def _exp_realised(self, rows: np.ndarray, out_rows: np.ndarray) -> np.ndarray:
         """The law the secure sampler draws from: float64 ``(k, len(out_rows))`` (blocks
@@ -839,6 +880,7 @@ class SanText(TokenSanitizer):
     """
 
     name = "santext"
+    torch_sampler = True
     epsilon_max = _EXP_MECHANISM_MAX_EPSILON
     epsilon_limit_reason = _EXP_MECHANISM_LIMIT
 
@@ -904,6 +946,7 @@ class SanTextPlus(TokenSanitizer):
     """
 
     name = "santext+"
+    torch_sampler = True
     epsilon_max = _EXP_MECHANISM_MAX_EPSILON
     epsilon_limit_reason = _EXP_MECHANISM_LIMIT
 
