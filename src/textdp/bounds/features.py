@@ -9,10 +9,13 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
-import scipy.sparse as sp
 
+from textdp._lazy import lazy_module
 from textdp.errors import InputError, ParameterError
+
+# imported on first use: `textdp bounds mse` and the other closed-form bounds never build features
+pd = lazy_module("pandas")
+sp = lazy_module("scipy.sparse")
 
 __all__ = ["TextFeatures", "text_features", "add_bias"]
 

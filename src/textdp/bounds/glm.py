@@ -34,10 +34,13 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.linalg as sla
-import scipy.sparse as sp
 
+from textdp._lazy import lazy_module
 from textdp.errors import InputError, ParameterError
+
+# imported on first use (about 0.3 s): `textdp bounds mse` and the closed-form curves never fit a GLM
+sla = lazy_module("scipy.linalg")
+sp = lazy_module("scipy.sparse")
 
 __all__ = [
     "GLMFit",
