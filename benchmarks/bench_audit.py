@@ -12,7 +12,9 @@ What it compares, each job in its own subprocess (wall time and peak RSS measure
    noise draws per second at equal drawn records (the official code draws 10 batches of 10^6
    records for n > 16 and counts only the last; textdp draws and counts 10^7 there), three
    repetitions back to back, medians. Side by side in the same run:
-   * textdp's full-noise audit (the simulation generator PCG64DXSM, all cores and 1 thread);
+   * textdp's full-noise audit (the simulation generator PCG64DXSM, all cores and 1 thread), its
+     numba kernels loaded before the timed call (their one-time load is printed apart; an audit
+     shorter than about 2^24 values computes the same values with numpy and skips that load);
    * the floor: numpy's own Laplace generation, ``Generator(PCG64).laplace`` in blocks of 2^20
      on one thread (with PCG64 uniforms and ChaCha20 Laplace, textdp's generator before);
    * the official code (``--official PATH/experiment.py``; keep the official code outside the
@@ -78,10 +80,11 @@ def job_grid(samples: int, seed: int) -> dict:
 
 
 def job_textdp_cell(n: int, samples: int, seed: int, workers: int | None = None) -> dict:
+    os.environ["TEXTDP_AUDIT_BACKEND"] = "numba"  # the steady rate; a short audit's numpy start is not measured
     from textdp.audit import audit_mechanism
 
     t = time.perf_counter()
-    audit_mechanism("laplace", 1.0, 2, 1000, seed=0, strong=False, workers=1)  # loads the numba kernels (cached)
+    audit_mechanism("laplace", 1.0, 2, 1000, seed=0, strong=False, workers=1)  # loads numba and its cached kernels
     warm = time.perf_counter() - t
     t = time.perf_counter()
     r = audit_mechanism("laplace", 1.0, n, samples, seed=seed, strong=False, workers=workers)
@@ -169,6 +172,7 @@ def job_floor(draws: int = 1 << 25) -> dict:
         "pcg64_uniform": rate(lambda: pcg.random(out=out)),
         "dxsm_uniform": rate(lambda: dxsm.random(out=out)),
         "chacha_laplace": rate(lambda: chacha.laplace(0.0, 1.0, block)),
+        "chacha_uniform": rate(lambda: chacha.random(out=out)),
     }
 
 
@@ -258,7 +262,8 @@ def _noise_section(a, N: int) -> None:
     fl = {k: _median([f[k] for f in floors]) / 1e6 for k in floors[0]}
     print(f"  floor, numpy on 1 thread, blocks of 2^20: PCG64 Generator.laplace {fl['pcg64_laplace']:.1f} M/s; "
           f"PCG64 uniforms {fl['pcg64_uniform']:.0f} M/s, PCG64DXSM uniforms {fl['dxsm_uniform']:.0f} M/s; "
-          f"ChaCha20 Generator.laplace {fl['chacha_laplace']:.1f} M/s (the audit's generator before)")
+          f"ChaCha20 (the audit's generator before) Generator.laplace {fl['chacha_laplace']:.1f} M/s, uniforms "
+          f"{fl['chacha_uniform']:.0f} M/s")
     head = f"  {'n':>4} {'drawn records':>14} | textdp M/s: {os.cpu_count()} threads, 1 |"
     for o in others:
         head += f" {o} M/s | textdp/{o}: {os.cpu_count()} thr, 1 |"

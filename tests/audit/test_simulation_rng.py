@@ -91,6 +91,17 @@ def test_zoo_noise_is_the_official_float_formula_bit_for_bit(name, backend, monk
         assert np.array_equal(x, np.full((5000, n), value))   # the input is left as it was
 
 
+def test_builtin_zoo_mechanisms_leave_their_input_unchanged():
+    # the audit passes the built-in zoo a view of its records, not a copy (textdp.audit.core._task_stats)
+    from textdp.mechanisms.zoo import ZOO
+
+    for name in ZOO:
+        for value in (0.0, 1.0):
+            x = np.full((300, 3), value)
+            make_zoo_mechanism(name, 1.0, 3)(x, simulation_rng(1))
+            assert np.array_equal(x, np.full((300, 3), value)), name
+
+
 @pytest.mark.parametrize("n", [1, 2, 7])
 def test_statistics_kernel_equals_numpy(n):
     from textdp.audit._kernels import bit_and_clipped_histograms, bit_histogram

@@ -56,7 +56,7 @@ import numpy as np
 from textdp.audit.oracle import binom_pmf, zoo_oracle
 from textdp.audit.stats import EpsilonBound, SelectedEvent, check_alpha, empirical_epsilon_lower_bound, selected_event_bound
 from textdp.errors import ParameterError
-from textdp.mechanisms.zoo import ZOO, ZooMechanism, make_zoo_mechanism, use_numpy_backend
+from textdp.mechanisms.zoo import BACKEND_ENV, NUMPY_ELEMENT_BUDGET, ZOO, ZooMechanism, make_zoo_mechanism, use_numpy_backend
 from textdp.noise import random_source, simulation_source
 from textdp.noise.simulation import SIMULATION_GENERATOR
 
@@ -284,7 +284,7 @@ def _task_stats(mech: Mechanism, n: int, value: float, size: int, rng: np.random
     h_clip = np.zeros(CLIPPED_BINS, np.int64) if statistic == "clipped-mean" else None
     step = max(1, inner_elements // n)
     x_full = np.zeros((min(step, size), n)) if value == 0.0 else np.ones((min(step, size), n))
-    # the built-in zoo's mechanisms never write into their input (tests/audit/test_zoo.py): they
+    # the built-in zoo's mechanisms never write into their input (tests/audit/test_simulation_rng.py): they
     # get a view; any other mechanism gets a fresh copy of the records at every call
     fresh = mech.zoo is None or type(mech.zoo) not in ZOO.values()
     done = 0
@@ -515,6 +515,12 @@ def audit_mechanism(
                 progress(total)
         sampler_used = "sufficient-statistic"
     else:
+        if (os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto") == "auto" and \
+                sum(total for _, _, total in parts) * n > NUMPY_ELEMENT_BUDGET:
+            # a long audit loads the numba kernels at once instead of spending its first values on numpy
+            import textdp.audit._kernels  # noqa: F401
+            if mech.zoo is not None:
+                import textdp.mechanisms._zoo_kernels  # noqa: F401
         tasks = [(p, v, size) for p, v, total in parts for size in _plan(total, n, chunk_elements)]
         gens = src.spawn(len(tasks) + 1)
         # probe: fail fast with a clear message before any threads start
