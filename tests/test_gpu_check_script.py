@@ -48,6 +48,8 @@ def test_quick_cpu_mode_without_the_missing_packages(tmp_path):
         # (P(any) ~ 1e-3)
         assert v["differing_draws"] == 0
         assert v["epsilon0"] > 0
+        # the whole sanitize call through the mechanism's device hook: the same release
+        assert v["documents_identical"] == rep["job"]["documents"] == 500
     assert rep["accounting"]["exp_relative_error_accounted"] == rep["accounting"]["cpu_exp_relative_error"]
     if rep["versions"].get("transformers"):
         m = rep["models"]

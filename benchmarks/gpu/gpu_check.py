@@ -128,8 +128,8 @@ def make_table(n: int, dim: int, path: str | None):
 
 def make_corpus(n_words: int, n_tokens: int, n_distinct: int, inside: int, doc_len: int = 20):
     """Token rows of a synthetic corpus: ``n_distinct`` distinct words (``inside`` of them among
-    the first ``inside_range`` table rows, the rest beyond), Zipf(1) frequencies, documents of
-    ``doc_len`` tokens. Returns (texts, rows, streams, positions)."""
+    the first ``2 inside`` table rows, the rest beyond), each once and then Zipf(1) frequencies,
+    documents of ``doc_len`` tokens. Returns (texts, rows, streams, positions)."""
     import numpy as np
 
     rng = np.random.default_rng(1)  # synthetic corpus, not DP noise
@@ -138,7 +138,8 @@ def make_corpus(n_words: int, n_tokens: int, n_distinct: int, inside: int, doc_l
     b = inside_range + rng.choice(n_words - inside_range, n_distinct - inside, replace=False)
     words = rng.permutation(np.concatenate([a, b]))
     p = 1.0 / np.arange(1, n_distinct + 1)
-    rows = words[rng.choice(n_distinct, n_tokens, p=p / p.sum())].astype(np.int64)
+    ranks = np.concatenate([np.arange(n_distinct), rng.choice(n_distinct, n_tokens - n_distinct, p=p / p.sum())])
+    rows = words[rng.permutation(ranks)].astype(np.int64)  # every word at least once, then Zipf(1)
     n_docs = -(-n_tokens // doc_len)
     streams = np.arange(n_tokens, dtype=np.int64) // doc_len
     positions = np.arange(n_tokens, dtype=np.int64) % doc_len
@@ -240,9 +241,12 @@ def check_sanitize(args, dev: str, report: dict) -> None:
             a = SanText(emb, args.epsilon, output_vocabulary=vocab, rng=args.seed, workers=args.cpu_workers)
             b = SanText(emb, args.epsilon, output_vocabulary=vocab, rng=args.seed, workers=args.cpu_workers,
                         device=dev)
-            b._torch_force = True  # torch kernel even on torch's CPU device (the --quick plumbing check)
+            if dev == "cpu":
+                b.sampler_device = "cpu"  # the torch kernel on torch's CPU device (the plumbing check)
             out_a, st_a = a.sanitize_with_stats(texts)
             out_b, st_b = b.sanitize_with_stats(texts)
+            if getattr(b, "_torch_cache", None) is None:
+                raise SystemExit("the mechanism did not run the torch sampler")
             same = sum(x == y for x, y in zip(out_a, out_b))
             row.update(cpu_end_to_end_s=st_a.seconds, device_end_to_end_s=st_b.seconds,
                        documents_identical=same)
