@@ -156,5 +156,6 @@ def test_word_index_answers_as_the_full_dict(monkeypatch):
     assert isinstance(emb.index, core.WordIndex)
     assert emb.rows(["okapi", "a", "the"]).tolist() == [8, 1, 0] and "zebra" in emb and "x" not in emb
     assert core.WordIndex(words).rows(["a", "the"]).tolist() == [1, 0] and emb.rows([]).dtype == np.int64
+    assert type(emb.index) is dict and emb.index == ref  # a rare word was looked up: the owner holds the dict
     with pytest.raises(KeyError):
         emb.rows(["a", "missing"])

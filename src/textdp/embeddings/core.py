@@ -45,21 +45,25 @@ class WordIndex(Mapping):
     Tables sorted by frequency (GloVe) answer a short job's lookups (its few tokens, a public output
     vocabulary of the most frequent words) from the first tier: a dict of 400,000 words costs about
     0.1-0.3 s of a start-up. The answers are those of the full dict: a word found in the first
-    tier has its first occurrence there. Read-only, like the dict it stands for.
+    tier has its first occurrence there. Read-only, like the dict it stands for. Once the full dict
+    is built it replaces the index of the :class:`Embeddings` that made this one (``owner``).
     """
 
     FIRST = 65_536
 
-    __slots__ = ("_words", "_head", "_full")
+    __slots__ = ("_words", "_head", "_full", "_owner")
 
-    def __init__(self, words):
+    def __init__(self, words, owner=None):
         self._words = words
         self._head = _first_occurrence_index(words[: self.FIRST])
         self._full: dict[str, int] | None = None
+        self._owner = owner  # an Embeddings whose ``index`` becomes the plain dict once it is built
 
     def _all(self) -> dict[str, int]:
         if self._full is None:
             self._full = _first_occurrence_index(self._words)
+            if self._owner is not None and self._owner.index is self:
+                self._owner.index = self._full  # later lookups through emb.index at dict speed
         return self._full
 
     def __getitem__(self, word):
@@ -118,7 +122,7 @@ class Embeddings:
     def __post_init__(self):
         if not self.index:
             if len(self.words) > 2 * WordIndex.FIRST:
-                self.index = WordIndex(self.words)  # the full dict only once a rarer word is looked up
+                self.index = WordIndex(self.words, owner=self)  # the full dict once a rarer word is looked up
             else:
                 self.index = _first_occurrence_index(self.words)
         if self.vectors.ndim != 2 or self.vectors.shape[0] != len(self.words):
