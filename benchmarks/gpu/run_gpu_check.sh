@@ -8,4 +8,4 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export TEXTDP_CACHE="${TEXTDP_CACHE:-$PWD/.textdp-cache}"  # models trained here stay out of the user's cache
-exec timeout 595 "${PYTHON:-python3}" benchmarks/gpu/gpu_check.py --device "${DEVICE:-cuda}" "$@"
+exec timeout 590 "${PYTHON:-python3}" benchmarks/gpu/gpu_check.py --device "${DEVICE:-cuda}" "$@"
