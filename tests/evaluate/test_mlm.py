@@ -50,6 +50,21 @@ def test_loss_falls_and_beats_frequency_baseline(trained):
     assert acc > base + 0.05, (acc, base)
 
 
+def test_saved_tokenizer_holds_the_word_vocabulary(trained, tmp_path):
+    """The tokenizer files written beside the model map our words to their own ids (transformers 5
+    ignores vocab_file=: a tokenizer built that way holds only the special tokens, all words [UNK])."""
+    from transformers import AutoTokenizer
+
+    m = trained[0]
+    p = m.save(tmp_path / "mlm-tok")
+    tok = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
+    assert len(tok) == len(m.vocab.words)
+    words = [w for w in m.vocab.words if not w.startswith("[")][:20]
+    assert words
+    for word in words:
+        assert tok.convert_tokens_to_ids(tok.tokenize(word)) == [m.vocab.words.index(word)], word
+
+
 def test_save_load_roundtrip(trained, tmp_path):
     m, _, test = trained
     p = m.save(tmp_path / "mlm")

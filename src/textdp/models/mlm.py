@@ -323,7 +323,7 @@ class MaskedLM:
             try:  # tokenizer files so AutoTokenizer / load_classifier can fine-tune the encoder
                 from transformers import BertTokenizerFast
 
-                BertTokenizerFast(vocab_file=str(tmp / "vocab.txt"), do_lower_case=True).save_pretrained(str(tmp))
+                _word_tokenizer(BertTokenizerFast, tmp / "vocab.txt", len(self.vocab.words)).save_pretrained(str(tmp))
             except Exception:  # noqa: BLE001 - optional convenience only
                 pass
             (tmp / _MARKER).write_text(json.dumps({"format": _FORMAT, "kind": "word", **self.info}), "utf-8")
@@ -351,6 +351,21 @@ class MaskedLM:
     @staticmethod
     def is_textdp_dir(path: str | os.PathLike) -> bool:
         return (Path(path) / _MARKER).exists()
+
+
+def _word_tokenizer(cls, vocab_path: Path, size: int):
+    """A BERT tokenizer over our word vocabulary file. transformers 5 takes the file as ``vocab=``
+    and silently ignores ``vocab_file=`` (the tokenizer then holds only its 5 special tokens and
+    maps every word to [UNK]); 4.x takes ``vocab_file=``. The one whose size matches is returned;
+    ValueError when neither does."""
+    for kw in ("vocab", "vocab_file"):
+        try:
+            tok = cls(**{kw: str(vocab_path)}, do_lower_case=True)
+        except (TypeError, ValueError, OSError):
+            continue
+        if len(tok) == size:
+            return tok
+    raise ValueError(f"{vocab_path}: no tokenizer of {size} words could be built")
 
 
 class HFMaskedLM:
