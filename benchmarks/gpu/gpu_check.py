@@ -3,7 +3,8 @@
 Prepared for a machine with one CUDA GPU, Python 3.12 and torch but no package registry
 (and without randomgen, gguf, opacus, dp-accounting or wordfreq): it runs textdp from the
 source tree (``src/`` is put on ``sys.path``; pure-Python wheels in ``benchmarks/gpu/wheels/``
-are added too) and needs only numpy, numba and torch.
+are added too) and needs only numpy and torch (numba when present: without it the keyed streams
+and the CPU baseline run their numpy backends, the same draws).
 
 The job: SanText at eps = 3 on a synthetic corpus shaped like Rotten Tomatoes (274k
 tokens, 19.5k distinct words, Zipf-like frequencies, 20-token documents) over a 400k x 50
@@ -54,8 +55,8 @@ for _whl in sorted((HERE / "wheels").glob("*.whl")) if (HERE / "wheels").is_dir(
     sys.path.insert(0, str(_whl))  # pure-Python wheels import from the zip (compiled ones need unpacking)
 
 #: what this script needs, and what textdp uses elsewhere (reported, not needed here)
-NEEDED = ("numpy", "numba", "torch")
-REPORTED = ("scipy", "pandas", "pyarrow", "typer", "rich", "transformers", "threadpoolctl",
+NEEDED = ("numpy", "torch")
+REPORTED = ("numba", "scipy", "pandas", "pyarrow", "typer", "rich", "transformers", "threadpoolctl",
             "randomgen", "dp_accounting", "opacus", "wordfreq", "gguf")
 T0 = time.perf_counter()
 
@@ -229,7 +230,8 @@ def check_sanitize(args, dev: str, report: dict) -> None:
         row.update(draws=int(len(rows)), differing_draws=differ)
         del warm
         _say(f"[{label}] sampling step, {len(rows)} tokens over {v} output words:")
-        _say(f"    {f'cpu ({args.cpu_workers} workers, numba):':<30}{cpu_s:8.3f} s  (median of {cpu_n}; "
+        cpu_backend = "numpy" if os.environ.get("TEXTDP_SANITIZE_BACKEND") == "numpy" else "numba"
+        _say(f"    {f'cpu ({args.cpu_workers} workers, {cpu_backend}):':<30}{cpu_s:8.3f} s  (median of {cpu_n}; "
              f"first call {row['cpu_warmup_s']:.2f} s on 2,000 tokens)")
         _say(f"    {dev + ' (torch kernel):':<30}{dev_s:8.3f} s  (median of {dev_n}; building the sampler "
              f"{row['device_build_s']:.2f} s, first call {row['device_warmup_s']:.2f} s)")
@@ -433,6 +435,13 @@ def main(argv=None) -> int:
         _say(f"cannot run: {', '.join(missing)} missing (carry a wheel in benchmarks/gpu/wheels/: pure-Python "
              "wheels import from the .whl, compiled ones must be unpacked into a folder on PYTHONPATH)")
         return 3
+    if not vers.get("numba") or str(vers["numba"]).startswith("import failed"):
+        # the keyed streams and the CPU sampler have numpy twins (same draws, slower): the CPU baseline
+        # is then the numpy backend, which the figures say
+        os.environ["TEXTDP_KEYED_BACKEND"] = "numpy"
+        os.environ["TEXTDP_SANITIZE_BACKEND"] = "numpy"
+        _say("numba absent: the keyed streams and the CPU sampler run their numpy backends (same draws; the CPU "
+             "baseline below is the numpy sampler, slower than numba's fused kernel)")
     import torch
 
     from textdp.models.device import describe_device, resolve_device
