@@ -286,11 +286,17 @@ def _task_stats(mech: Mechanism, n: int, value: float, size: int, rng: np.random
     x_full = np.zeros((min(step, size), n)) if value == 0.0 else np.ones((min(step, size), n))
     # the built-in zoo's mechanisms never write into their input (tests/audit/test_simulation_rng.py): they
     # get a view; any other mechanism gets a fresh copy of the records at every call
+    # (restored from x_full into one buffer per block: a fresh 512 KiB array per call would page-fault)
     fresh = mech.zoo is None or type(mech.zoo) not in ZOO.values()
+    x_buf = np.empty_like(x_full) if fresh else None
     done = 0
     while done < size:
         m = min(step, size - done)
-        x = x_full[:m].copy() if fresh else x_full[:m]  # a mechanism may write into its input
+        if fresh:  # a mechanism may write into its input
+            x = x_buf[:m]
+            np.copyto(x, x_full[:m])
+        else:
+            x = x_full[:m]
         y = np.ascontiguousarray(_call(mech, x, rng, check_nan=False), dtype=np.float64)
         bad = _histograms(y, h_bits, h_clip)
         if bad:

@@ -9,18 +9,32 @@ expressions quoted below for the same ``U``:
 * Laplace: ``x + b·(−sgn(U−½)·ln(1 − 2|U−½|))``;
 * DPText: ``x + b·(−sgn(U)·ln(1 − 2|U|))`` with NaN set to 0.
 
-The logarithm is numpy's (SIMD) ``np.log`` on a whole block; the passes before and after it
-are numba loops over cache-sized blocks, so no temporary array is allocated per operation.
+The logarithm is numpy's (SIMD) ``np.log`` on a block of ``BLOCK`` values; the passes before
+and after it are numba loops over the same block, in a scratch buffer kept per thread: the only
+array allocated per call is the output (a fresh 512 KiB scratch per call costs more than the
+arithmetic: the C library hands freed memory back to the OS and every page faults again).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 from numba import njit
 
-__all__ = ["laplace_add", "dptext_add"]
+__all__ = ["laplace_add", "dptext_add", "BLOCK"]
+
+#: values per block (512 KiB of float64: the scratch buffer of a thread stays in its L2 cache)
+BLOCK = 1 << 16
+_local = threading.local()
+
+
+def _scratch() -> np.ndarray:
+    buf = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = np.empty(BLOCK)
+    return buf
 
 
 @njit(cache=True, nogil=True)
@@ -63,19 +77,28 @@ def _flat(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float64).reshape(-1)
 
 
+def _add(x: np.ndarray, scale: float, rng: np.random.Generator, argument, finish) -> np.ndarray:
+    u = rng.random(x.shape)  # all uniforms first: the same stream as the official code's one call
+    uf = u.reshape(-1)
+    xf = _flat(x)
+    buf = _scratch()
+    b = float(scale)
+    with np.errstate(divide="ignore", invalid="ignore"):  # ln 0 = −inf and ln(<0) = NaN, as in the official code
+        for s in range(0, uf.size, BLOCK):
+            e = min(s + BLOCK, uf.size)
+            t = buf[: e - s]
+            argument(uf[s:e], t)
+            np.log(t, out=t)
+            finish(uf[s:e], t, xf[s:e], b, uf[s:e])
+    return u
+
+
 def laplace_add(x: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
     """``x + scale·L`` with ``L = −sgn(U−½)·ln(1−2|U−½|)``, ``U = rng.random(x.shape)``.
 
     x: float64 array (any shape); returns a new float64 array of the same shape.
     """
-    u = rng.random(x.shape)
-    uf = u.reshape(-1)
-    t = np.empty_like(uf)
-    _centred_log_argument(uf, t)
-    with np.errstate(divide="ignore"):  # U = 0 gives ln 0 = −inf, as in the official code
-        np.log(t, out=t)
-    _laplace_finish(uf, t, _flat(x), float(scale), uf)
-    return u
+    return _add(x, scale, rng, _centred_log_argument, _laplace_finish)
 
 
 def dptext_add(x: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
@@ -83,11 +106,4 @@ def dptext_add(x: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndar
 
     x: float64 array (any shape); returns a new float64 array of the same shape.
     """
-    u = rng.random(x.shape)
-    uf = u.reshape(-1)
-    t = np.empty_like(uf)
-    _dptext_log_argument(uf, t)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        np.log(t, out=t)
-    _dptext_finish(uf, t, _flat(x), float(scale), uf)
-    return u
+    return _add(x, scale, rng, _dptext_log_argument, _dptext_finish)
