@@ -7,15 +7,19 @@
    Goal: 10,000 records × 5,000 features in < 60 s on 2 cores.
 2. One epoch of soft-clipped DP-SGD with the FIL accountant against (a) an Opacus epoch
    (``PrivacyEngine`` with its RDP accountant: Poisson batches, hard clipping, continuous
-   Gaussian noise; the DP-SGD most users run) and (b) the same textdp epoch without the FIL
+   Gaussian noise: Opacus's standard DP-SGD) and (b) the same textdp epoch without the FIL
    accountant (RDP accounting only), same model, data, batch size, lr and momentum. Timed:
    the training loop only (textdp's ``EpochRecord.seconds``; the Opacus loop over its data
-   loader), after a warm-up; 3 repetitions interleaved (Opacus, plain, FIL), medians and the
-   ratios of the medians. Goal: FIL epoch ≤ 3x the Opacus epoch at the default number of probes.
+   loader), after a warm-up; 3 repetitions (--reps) interleaved (Opacus, plain, FIL), medians and the
+   ratios of the medians, in wall-clock and in process CPU time (the latter moves less when other
+   jobs share the machine; textdp's is read at each step's progress call, steps 2..T scaled to T).
+   Goal: FIL epoch ≤ 3x the Opacus epoch at the default number of probes.
 
-Usage: python benchmarks/bench_bounds.py [--quick] [--part 1|2|all] [--threads N] [--device cpu|cuda|auto]
+Usage: python benchmarks/bench_bounds.py [--quick] [--part 1|2|all] [--threads N] [--reps 3] [--device cpu|cuda|auto]
   --quick: 3,000 records × 2,000 features and a 2,000-record DP-SGD epoch (shared machines).
-  --threads: torch threads for part 2 (default: all cores).
+  --threads: torch threads for part 2 (default 1, for both Opacus and textdp: a step's tensors are
+  small, 100 × 2,002 in quick mode, so a second thread adds mostly synchronisation, and on a shared
+  machine it made the same epoch's time vary fivefold; 0 = all cores).
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dataset", default="rotten-tomatoes")
     ap.add_argument("--part", choices=("1", "2", "all"), default="all")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads for part 2 (0: all cores)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for part 2 (0: all cores)")
     ap.add_argument("--device", default="cpu", help="part 2: cpu, cuda or auto")
+    ap.add_argument("--reps", type=int, default=3, help="part 2: interleaved repetitions (medians are reported)")
     args = ap.parse_args()
     n, p = (3000, 2000) if args.quick else (10000, 5000)
     n_sgd, p_sgd = (2000, 1000) if args.quick else (10000, 5000)
@@ -76,8 +81,8 @@ def glm_part(args, n: int, p: int) -> None:
     print(f"    speed-up {t_naive / t_fil:.0f}x on the FIL step; max relative difference {err:.1e}")
 
 
-def opacus_epoch(X, y, batch_size: int, lr: float, momentum: float, device) -> float:
-    """Seconds of one Opacus DP-SGD epoch (training loop only) on a fresh logistic regression."""
+def opacus_epoch(X, y, batch_size: int, lr: float, momentum: float, device) -> tuple:
+    """(wall s, CPU s) of one Opacus DP-SGD epoch (training loop only) on a fresh logistic regression."""
     import warnings
 
     import torch
@@ -91,7 +96,7 @@ def opacus_epoch(X, y, batch_size: int, lr: float, momentum: float, device) -> f
         warnings.simplefilter("ignore")  # secure_mode / RNG notices
         model, opt, dl = PrivacyEngine(accountant="rdp").make_private(
             module=model, optimizer=opt, data_loader=dl, noise_multiplier=1.0, max_grad_norm=1.0)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for xb, yb in dl:
             xb, yb = xb.to(device), yb.to(device)
             opt.zero_grad()
@@ -99,7 +104,7 @@ def opacus_epoch(X, y, batch_size: int, lr: float, momentum: float, device) -> f
             opt.step()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
 
 def dpsgd_part(args, n_sgd: int, p_sgd: int) -> None:
@@ -123,32 +128,45 @@ def dpsgd_part(args, n_sgd: int, p_sgd: int) -> None:
     def textdp_epoch(fil: bool):
         torch.manual_seed(0)
         model = torch.nn.Linear(X2.shape[1], 2)
+        cpu = []  # process CPU time after each step: the loop's CPU time without the end-of-epoch accounting
         r = train_dpsgd_fil(model, X2, y2, epochs=1, batch_size=B, lr=lr, momentum=momentum, noise_multiplier=1.0,
-                            fil=fil, rng=0, device=str(device))
-        return r.history[0].seconds, r  # training loop only (accounting and evaluation excluded)
+                            fil=fil, rng=0, device=str(device), progress=lambda k, t: cpu.append(time.process_time()))
+        steps = len(cpu)  # steps 2..T measured, scaled to T steps
+        return r.history[0].seconds, (cpu[-1] - cpu[0]) * steps / max(1, steps - 1), r
 
     # warm-up (imports, torch.func and Opacus set-up, the per-step RDP cache) so no timing pays it
     train_dpsgd_fil(torch.nn.Linear(X2.shape[1], 2), X2[:2 * B], y2[:2 * B], epochs=1, batch_size=B, rng=0,
                     device=str(device))
     textdp_epoch(False)
     opacus_epoch(Xd, yd, B, lr, momentum, device)
-    times = {"opacus": [], "plain": [], "fil": []}
-    for _ in range(3):
-        times["opacus"].append(opacus_epoch(Xd, yd, B, lr, momentum, device))
-        t, rp = textdp_epoch(False)
-        times["plain"].append(t)
-        t, rf = textdp_epoch(True)
-        times["fil"].append(t)
-    med = {k: float(np.median(v)) for k, v in times.items()}
-    runs = {k: " ".join(f"{t:.2f}" for t in v) for k, v in times.items()}
+    wall = {"opacus": [], "plain": [], "fil": []}
+    cpu = {"opacus": [], "plain": [], "fil": []}
+    for _ in range(max(1, args.reps)):
+        w, c = opacus_epoch(Xd, yd, B, lr, momentum, device)
+        wall["opacus"].append(w)
+        cpu["opacus"].append(c)
+        w, c, rp = textdp_epoch(False)
+        wall["plain"].append(w)
+        cpu["plain"].append(c)
+        w, c, rf = textdp_epoch(True)
+        wall["fil"].append(w)
+        cpu["fil"].append(c)
+    mw = {k: float(np.median(v)) for k, v in wall.items()}
+    mc = {k: float(np.median(v)) for k, v in cpu.items()}
+
+    def runs(k):
+        return (f"median {mw[k]:.2f} s wall, {mc[k]:.2f} s CPU (runs {' '.join(f'{t:.2f}' for t in wall[k])} s wall; "
+                f"{' '.join(f'{t:.2f}' for t in cpu[k])} s CPU)")
+
     h = rf.history[-1]
-    print(f"    Opacus epoch (PrivacyEngine, RDP accountant): median {med['opacus']:.2f} s  (runs {runs['opacus']})")
-    print(f"    textdp epoch, RDP accounting only: median {med['plain']:.2f} s  (runs {runs['plain']}; "
-          f"ε = {rp.history[-1].epsilon:.3g} replace-one, Opacus add/remove {rp.history[-1].epsilon_opacus_add_remove:.3g})")
-    print(f"    textdp epoch + FIL accountant ({rf.config['probes']} probe/example/step): median {med['fil']:.2f} s  "
-          f"(runs {runs['fil']}; median η = {h.eta_median:.3g}, max η = {h.eta_max:.3g})")
-    print(f"    ratio FIL / Opacus = {med['fil'] / med['opacus']:.2f}x (goal ≤ 3x); "
-          f"FIL / textdp RDP-only = {med['fil'] / med['plain']:.2f}x")
+    print(f"    Opacus epoch (PrivacyEngine, RDP accountant): {runs('opacus')}")
+    print(f"    textdp epoch, RDP accounting only: {runs('plain')}")
+    print(f"      (ε = {rp.history[-1].epsilon:.3g} replace-one; Opacus add/remove {rp.history[-1].epsilon_opacus_add_remove:.3g})")
+    print(f"    textdp epoch + FIL accountant ({rf.config['probes']} probe/example/step): {runs('fil')}")
+    print(f"      (median η = {h.eta_median:.3g}, max η = {h.eta_max:.3g})")
+    print(f"    ratio FIL / Opacus = {mw['fil'] / mw['opacus']:.2f}x wall, {mc['fil'] / mc['opacus']:.2f}x CPU "
+          f"(goal ≤ 3x); FIL / textdp RDP-only = {mw['fil'] / mw['plain']:.2f}x wall, "
+          f"{mc['fil'] / mc['plain']:.2f}x CPU")
 
 
 if __name__ == "__main__":

@@ -220,18 +220,19 @@ def test_closed_form_clip_tangents_equal_the_exact_jacobian(clip_norm):
     np.testing.assert_allclose(fil, torch.sum(J**2, dim=(1, 2)).numpy() / (5 * clip_norm**2), rtol=2e-5)
 
 
-def test_probe_estimate_matches_the_old_direct_computation_draw_for_draw():
-    # same seed → same Rademacher probes as the original code drew, and the same ‖J v‖² up to float rounding
+def test_probe_estimate_matches_the_old_direct_computation_probe_for_probe():
+    # the probes per_example_fil draws for a seed, fed to the original computation (per-example jvp
+    # through the directly written soft-clipped map): the same ‖J v‖² up to float rounding
     from torch.func import jvp, vmap
+
+    from textdp.bounds.dpsgd import _probe_generator, _rademacher_probes
+    from textdp.noise import make_rng
 
     X, y = _toy(n=9, d=4, seed=3)
     model = _mlp(4)
     params = {k: v.detach() for k, v in model.named_parameters()}
     new = per_example_fil(model, X, y, clip_norm=0.3, probes=4, seed=11)
-    from textdp.noise import make_rng
-
-    gen = torch.Generator().manual_seed(int(make_rng(11).integers(0, 2**63 - 1)))
-    V = torch.randint(0, 2, (9, 4, 4), generator=gen, dtype=torch.float32) * 2 - 1
+    V = torch.from_numpy(_rademacher_probes(_probe_generator(make_rng(11)), (9, 4, 4)))
     ref_map = _old_soft_clipped_map(model, 0.3)
     Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
 
@@ -241,6 +242,22 @@ def test_probe_estimate_matches_the_old_direct_computation_draw_for_draw():
     tang = vmap(vmap(one, in_dims=(None, None, 0)))(Xt, yt, V)  # (n, probes, p)
     old = torch.sum(tang.double() ** 2, dim=2).mean(dim=1).numpy() / (4 * 0.3**2)
     np.testing.assert_allclose(new, old, rtol=2e-5)
+
+
+def test_rademacher_probes_are_fair_independent_signs():
+    # the probe law: every entry ±1; each sign with probability 1/2 and neighbouring bits
+    # independent (chi-square on pairs, 4 cells, 3 d.o.f., 99.9 % quantile 16.27)
+    from textdp.bounds.dpsgd import _rademacher_probes
+
+    v = _rademacher_probes(np.random.Generator(np.random.PCG64(5)), (1000, 3, 67))  # 201,000: not a multiple of 8
+    assert v.shape == (1000, 3, 67) and v.dtype == np.float32 and set(np.unique(v)) == {-1.0, 1.0}
+    flat = v.reshape(-1)
+    n = flat.size
+    assert abs(np.mean(flat)) < 3.3 / np.sqrt(n)
+    pairs = (flat[0::2] > 0).astype(int) * 2 + (flat[1::2] > 0)
+    counts = np.bincount(pairs, minlength=4)
+    expected = len(pairs) / 4
+    assert np.sum((counts - expected) ** 2 / expected) < 16.27
 
 
 def test_saturated_example_gives_finite_fil():

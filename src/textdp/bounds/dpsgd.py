@@ -29,10 +29,13 @@ probes gives every example's). The soft clip and its derivative are then closed-
     ĝ = g / f,   (∂ĝ/∂x) v = [t − g · GELU'(u) (gᵀt) / (C n f)] / f,
 
 and ĝ goes to the noise (:func:`noisy_clipped_sum`), so the per-example gradients are computed
-once for both. This is the same quantity and, for a given seed, the same probes as the
-earlier per-example ``vmap(jvp(clipped gradient))`` (values equal up to float rounding,
-tests/bounds/test_dpsgd.py), at a lower cost (benchmarks/bench_bounds.py); at g = 0 (saturated
-softmax) it takes the limit t/f instead of autograd's 0·∞ (NaN).
+once for both. For given probes this is the same quantity as the earlier per-example
+``vmap(jvp(clipped gradient))`` (values equal up to float rounding, tests/bounds/test_dpsgd.py),
+at a lower cost (benchmarks/bench_bounds.py); at g = 0 (saturated softmax) it takes the limit
+t/f instead of autograd's 0·∞ (NaN). The probe law is unchanged (i.i.d. Rademacher, distinct
+per example, probe and step); since issue 14 their bits come from numpy's PCG64 instead of
+``torch.randint``, which is several times faster, so a seeded run's η values differ from
+earlier versions' (other draws, same law); its batches and noise draws are unchanged.
 
 Subsampling (``subsampling=``), i.e. how the step's information enters example i's total:
 
@@ -74,8 +77,8 @@ takes any base RDP curve, so the accountant above covers the actual release. Div
 B, the float32 cast and the optimiser step are post-processing. The FIL figures describe
 the idealised (unrounded) soft-clipped Gaussian map, which is differentiable in x_i; the
 rounding is a deterministic map of at most g/2 per coordinate. Batch indices come from the
-same textdp generator; only the Hutchinson probes (not privacy noise) use a
-``torch.Generator`` seeded from it.
+same textdp generator; only the Hutchinson probes (not privacy noise) come from a numpy
+PCG64 generator seeded from it (:func:`_probe_generator`, :func:`_rademacher_probes`).
 
 Per-example FIL values depend on the data: treat them as secret (Guo et al. footnote 2).
 Models with batch normalisation are refused: per-example Jacobians are undefined there.
@@ -247,14 +250,32 @@ def _grads_and_tangents(raw, params, xb, yb, V):
     return G[0], T.transpose(0, 1)
 
 
+def _probe_generator(rng):
+    """The probes' own generator: numpy PCG64 seeded with one 63-bit draw from the textdp
+    generator ``rng`` (probes are not privacy noise and need no cryptographic stream)."""
+    return np.random.Generator(np.random.PCG64(int(rng.integers(0, 2**63 - 1))))
+
+
+def _rademacher_probes(gen, shape) -> np.ndarray:
+    """I.i.d. Rademacher (±1 with probability ½ each) float32 array of ``shape`` from the
+    numpy generator ``gen``: one random bit per entry (``gen.bytes`` unpacked, bit 0 → −1,
+    bit 1 → +1). The law of the Hutchinson probes; drawn on the CPU, so a seeded run uses the
+    same probes on every device."""
+    n = int(np.prod(shape))
+    bits = np.unpackbits(np.frombuffer(gen.bytes((n + 7) // 8), dtype=np.uint8), count=n)
+    v = bits.astype(np.float32)
+    v *= 2.0
+    v -= 1.0
+    return v.reshape(shape)
+
+
 def _fil_probes(raw, params, xb, yb, probes: int, gen, clip_norm: float):
     """(ĝ (B, p), mean over probes of ‖(∂ĝ/∂x) v‖² (B,)) with distinct Rademacher probes v
-    ``(B, probes, d)`` drawn from the CPU ``torch.Generator`` ``gen`` (the same draws on
-    every device)."""
+    ``(B, probes, d)`` from the numpy generator ``gen`` (:func:`_rademacher_probes`)."""
     import torch
 
     B, d = xb.shape
-    V = torch.randint(0, 2, (B, probes, d), generator=gen, dtype=torch.float32).mul_(2.0).sub_(1.0).to(xb.device)
+    V = torch.from_numpy(_rademacher_probes(gen, (B, probes, d))).to(xb.device)
     G, T = _grads_and_tangents(raw, params, xb, yb, V)
     Gc, sq = _soft_clip_jvp(G, T, clip_norm)
     return Gc, sq.mean(dim=1)
@@ -294,17 +315,29 @@ def noisy_clipped_sum(G, bound: float, noise_std: float, rng) -> np.ndarray:
 
     if hasattr(G, "detach"):
         G = G.detach().cpu().numpy()
-    X = np.array(G, dtype=np.float64)  # own copy; float32 → float64 is exact
+    G = np.asarray(G)
     g = gaussian_granularity(noise_std)
-    if X.shape[0] * bound / g >= 2.0**52:
+    if G.shape[0] * bound / g >= 2.0**52:
         raise ParameterError("the noise is too small for the clip norm and batch (the exact lattice sum would "
                              "overflow 2^52 grid steps); raise the noise multiplier or lower the batch size")
     target = float(bound) * (1.0 - 2.0**-30)
+    inv = 1.0 / g
+    # In grid units from the start (one pass fewer): x·(1/g) is x/g exactly (g a power of two), and
+    # scaling by a power of two commutes with the norm, the rescale factor and the rounding, so this
+    # is the same computation as on unscaled float64 values; out of that range, the unscaled path.
+    X = np.multiply(G, inv, dtype=np.float64)  # own float64 copy; float32 → float64 is exact
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))
-    over = norms > target
-    if over.any():
-        X[over] *= (target / norms[over])[:, None]
-    X /= g  # exact (g is a power of two), in place
+    if not (math.isfinite(inv) and inv * g == 1.0 and np.all(np.isfinite(norms))):
+        X = np.array(G, dtype=np.float64)
+        norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+        over = norms > target
+        if over.any():
+            X[over] *= (target / norms[over])[:, None]
+        X /= g
+    else:
+        over = norms > target * inv
+        if over.any():
+            X[over] *= (target * inv / norms[over])[:, None]
     K = np.trunc(X, out=X)  # toward zero: |K g| ≤ |x| coordinate-wise
     S = K.sum(axis=0) * g  # exact: integers below 2^52 times a power of two
     return S + gaussian(noise_std, S.shape, rng)
@@ -338,7 +371,7 @@ def per_example_fil(model, X, y, clip_norm: float = 1.0, noise_multiplier: float
     else:
         from textdp.noise import make_rng
 
-        gen = torch.Generator().manual_seed(int(make_rng(seed).integers(0, 2**63 - 1)))
+        gen = _probe_generator(make_rng(seed))
         _, tr = _fil_probes(_raw_grad_fn(model), params, Xt, yt, int(probes), gen, C)
     return tr.double().cpu().numpy() / (d * (s * C) ** 2)
 
@@ -469,8 +502,8 @@ def train_dpsgd_fil(
     device: ``"cpu"`` (default), ``"cuda"`` / ``"cuda:N"`` or ``"auto"`` (CUDA when
     ``torch.cuda.is_available()``, else CPU; :func:`textdp.models.device.resolve_device`).
     The model is moved there (in place) and the gradients, tangents and updates are computed
-    there; the batch indices, the Hutchinson probes (CPU ``torch.Generator``) and the
-    float-safe noise (float64 on the CPU, :func:`noisy_clipped_sum`) are drawn on the CPU, so
+    there; the batch indices, the Hutchinson probes (numpy PCG64, :func:`_rademacher_probes`)
+    and the float-safe noise (float64 on the CPU, :func:`noisy_clipped_sum`) are drawn on the CPU, so
     a seeded run draws the same batches, probes and noise on every device (the float
     arithmetic of the gradients, hence the trained weights, differs across devices).
     Raises ParameterError (σ, C, lr, B, δ out of range, batch norm, unknown or absent device)
@@ -509,7 +542,7 @@ def train_dpsgd_fil(
         raise ParameterError(f"delta = {delta:g} is ≥ 1/n = {1 / n:.3g}; choose delta < 1/n")
     seed_desc = random_source(rng).describe() if (rng is None or isinstance(rng, int)) else {"seeded": None}
     gen_np = make_rng(rng)
-    gen_t = torch.Generator().manual_seed(int(gen_np.integers(0, 2**63 - 1)))  # probes only (not privacy noise)
+    gen_p = _probe_generator(gen_np)  # probes only (not privacy noise)
     q = B / n
     kappa = soft_clip_factor_max()
     w = 1.0
@@ -539,7 +572,7 @@ def train_dpsgd_fil(
             xb, yb = Xt.index_select(0, it), yt.index_select(0, it)
             detached = {k: v.detach() for k, v in params.items()}
             if fil and subsampling != "expected":  # one pass: gradients (for the clip) and their tangents
-                G, tr = _fil_probes(raw, detached, xb, yb, int(probes), gen_t, C)
+                G, tr = _fil_probes(raw, detached, xb, yb, int(probes), gen_p, C)
                 eta2[idx] += w * tr.double().cpu().numpy() / (d * (sigma * C) ** 2)
             else:
                 G = _soft_clip(per_ex_grad(detached, xb, yb), C)[0]
