@@ -286,3 +286,22 @@ def test_device_selection_defaults_to_cpu_and_refuses_absent_cuda():
     if not torch.cuda.is_available():
         with pytest.raises(ParameterError, match="CUDA"):
             train_dpsgd_fil(_mlp(4), X, y, device="cuda")
+
+
+def test_noisy_clipped_sum_float32_rounding_equals_the_float64_path():
+    # float32 gradients are rounded in float32 (grid units); rows near or over the bound and float64 input
+    # take the float64 path. The release must be the same lattice point either way, for the same noise draws.
+    from textdp.bounds.dpsgd import noisy_clipped_sum
+    from textdp.noise import make_rng
+
+    r = np.random.default_rng(4)
+    for trial in range(40):
+        B, p = int(r.integers(1, 40)), int(r.choice([1, 7, 300, 5000]))
+        G = r.normal(size=(B, p)).astype(np.float32) * np.float32(10.0 ** r.uniform(-5, 0))
+        if trial % 2 == 0:  # every row within ±3e-4 of the bound: some rescaled, some just below
+            G /= np.linalg.norm(G, axis=1, keepdims=True)
+            G *= (1.2 * (1 + r.uniform(-3e-4, 3e-4, size=(B, 1)))).astype(np.float32)
+        sd = float(10.0 ** r.uniform(-2, 1))
+        a = noisy_clipped_sum(torch.from_numpy(G), 1.2, sd, make_rng(trial))
+        b = noisy_clipped_sum(G.astype(np.float64), 1.2, sd, make_rng(trial))
+        assert np.array_equal(a, b), trial
