@@ -161,7 +161,8 @@ def dpsgd_part(args, n_sgd: int, p_sgd: int) -> None:
     h = rf.history[-1]
     print(f"    Opacus epoch (PrivacyEngine, RDP accountant): {runs('opacus')}")
     print(f"    textdp epoch, RDP accounting only: {runs('plain')}")
-    print(f"      (ε = {rp.history[-1].epsilon:.3g} replace-one; Opacus add/remove {rp.history[-1].epsilon_opacus_add_remove:.3g})")
+    e = rp.history[-1]
+    print(f"      (ε = {e.epsilon:.3g} replace-one; Opacus add/remove {e.epsilon_opacus_add_remove:.3g})")
     print(f"    textdp epoch + FIL accountant ({rf.config['probes']} probe/example/step): {runs('fil')}")
     print(f"      (median η = {h.eta_median:.3g}, max η = {h.eta_max:.3g})")
     print(f"    ratio FIL / Opacus = {mw['fil'] / mw['opacus']:.2f}x wall, {mc['fil'] / mc['opacus']:.2f}x CPU "

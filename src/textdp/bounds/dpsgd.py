@@ -63,22 +63,23 @@ under ``REPLACE_ONE`` (replace-one sensitivity of the clipped sum is 2κC); the 
 also shows Opacus's Poisson add/remove ε with noise σ/κ (what the official code reported)
 for comparison.
 
-Noise, float-safe (:func:`noisy_clipped_sum`): the per-example clipped gradients are taken to
-float64, hard-rescaled to norm ≤ κC (float error of the soft clip), and rounded *toward zero*
-onto the grid g of textdp's discrete Gaussian (``textdp.noise.gaussian_granularity(σC)``, a
-power of two): rounding toward zero never increases a coordinate's magnitude, so each
-rounded gradient still has norm ≤ κC and the replace-one sensitivity stays 2κC with no
-discretisation cost. Their sum is exact (integers times g), and the noise g·Z, Z an exact
-discrete Gaussian N_ℤ(0, s²) with s·g ≥ σC (Canonne, Kamath & Steinke 2020), lands on the same
-lattice, so S_t is computed exactly and its low-order bits carry nothing but the lattice
-point. Its RDP is at most the continuous Gaussian's (CKS20 Thm 14-15), and the
-without-replacement amplification of dp-accounting (Wang, Balle & Kasiviswanathan 2019)
-takes any base RDP curve, so the accountant above covers the actual release. Dividing by
-B, the float32 cast and the optimiser step are post-processing. The FIL figures describe
-the idealised (unrounded) soft-clipped Gaussian map, which is differentiable in x_i; the
-rounding is a deterministic map of at most g/2 per coordinate. Batch indices come from the
-same textdp generator; only the Hutchinson probes (not privacy noise) come from a numpy
-PCG64 generator seeded from it (:func:`_probe_generator`, :func:`_rademacher_probes`).
+Noise, float-safe (:func:`noisy_clipped_sum`): the per-example clipped gradients are
+hard-rescaled to norm ≤ κC (float error of the soft clip; in float64) and rounded *toward zero*
+(exactly: in float32 grid units where that is exact, else in float64) onto the grid g of
+textdp's discrete Gaussian (``textdp.noise.gaussian_granularity(σC)``, a power of two):
+rounding toward zero never increases a coordinate's magnitude, so each rounded gradient still
+has norm ≤ κC and the replace-one sensitivity stays 2κC with no discretisation cost. Their
+sum is exact (integers times g), and the noise g·Z, Z an exact discrete Gaussian N_ℤ(0, s²)
+with s·g ≥ σC (Canonne, Kamath & Steinke 2020), lands on the same lattice, so S_t is computed
+exactly and its low-order bits carry nothing but the lattice point. Its RDP is at most the
+continuous Gaussian's (CKS20 Thm 14-15), and the without-replacement amplification of
+dp-accounting (Wang, Balle & Kasiviswanathan 2019) takes any base RDP curve, so the accountant
+above covers the actual release. Dividing by B, the float32 cast and the optimiser step are
+post-processing. The FIL figures describe the idealised (unrounded) soft-clipped Gaussian
+map, which is differentiable in x_i; the rounding toward zero is a deterministic map that
+moves each coordinate by less than g. Batch indices come from the same textdp generator; only
+the Hutchinson probes (not privacy noise) come from a numpy PCG64 generator seeded from it
+(:func:`_probe_generator`, :func:`_rademacher_probes`).
 
 Per-example FIL values depend on the data: treat them as secret (Guo et al. footnote 2).
 Models with batch normalisation are refused: per-example Jacobians are undefined there.
@@ -302,13 +303,15 @@ def _exact_traces(raw, params, xb, yb, clip_norm: float, max_floats: int = 1 << 
 def noisy_clipped_sum(G, bound: float, noise_std: float, rng) -> np.ndarray:
     """Float-safe Σ_i ĝ_i + N(0, noise_std²) for per-example vectors ``G`` (B, p) of norm ≤ ``bound``.
 
-    Steps (see the module docstring): float64; rows above ``bound·(1 − 2⁻³⁰)`` rescaled to it
+    Steps (see the module docstring): rows above ``bound·(1 − 2⁻³⁰)`` rescaled to it in float64
     (absorbs the float error of the clip); every coordinate rounded toward zero onto the grid
     g = ``gaussian_granularity(noise_std)`` (a power of two; norms can only shrink); the sum of
     the rounded rows (exact: integer multiples of g); plus ``textdp.noise.gaussian(noise_std)``
     noise, exact discrete Gaussian on the same grid with effective std ≥ ``noise_std``.
     Returns the released (p,) float64 vector, exact lattice points. The L2 sensitivity of
-    the sum is 2·``bound`` (replace-one), as for real-valued vectors.
+    the sum is 2·``bound`` (replace-one), as for real-valued vectors. Float32 and float64 input
+    with the same values give the same release (float32 rows far below the bound are rounded in
+    float32, which is exact there; see the comment in the code).
     """
     from textdp.noise import gaussian
     from textdp.noise.samplers import gaussian_granularity
