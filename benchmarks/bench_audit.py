@@ -9,9 +9,10 @@ What it compares, each job in its own subprocess (wall time and peak RSS measure
    10^6 records for n > 16. Reproduction: every published value against the exact oracle at the
    official sample size, and the oracle against textdp's 95% intervals.
 2. The full-noise path (real mechanism on real arrays, streamed): correct Laplace, ε = 1, in
-   noise draws per second at equal drawn records (the official code draws 10 batches of 10^6
-   records for n > 16 and counts only the last; textdp draws and counts 10^7 there), three
-   repetitions back to back, medians. Side by side in the same run:
+   noise draws per second at equal drawn records (10^7 records per dataset at n = 1, 10^6 at
+   n = 8; at n = 32 the official code draws 10 batches of 10^6 records and counts only the
+   last, textdp draws and counts 10^7), three repetitions back to back, medians. Side by side
+   in the same run:
    * textdp's full-noise audit (the simulation generator PCG64DXSM, all cores and 1 thread), its
      numba kernels loaded before the timed call (their one-time load is printed apart; an audit
      shorter than about 2^24 values computes the same values with numpy and skips that load);
@@ -251,7 +252,9 @@ def _noise_section(a, N: int) -> None:
     for rep in range(a.reps):
         floors.append(_sub("floor"))
         for n in dims:
-            batches, per = (10, 10**6) if n > 16 else (1, 10**6)
+            # the official code's own N is 10^7 for n <= 16 and 10 batches of 10^6 above; n = 8 runs at 10^6
+            # (at 10^7 the official code would peak near 4.7 GB on a shared machine)
+            batches, per = (10, 10**6) if n > 16 else (1, 10**7 if n == 1 else 10**6)
             runs[n]["all"].append(_sub("textdp_cell", n=n, samples=batches * per, seed=1 + rep))
             runs[n]["one"].append(_sub("textdp_cell", n=n, samples=batches * per, seed=1 + rep, workers=1))
             if "official" in others:

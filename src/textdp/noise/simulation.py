@@ -6,8 +6,8 @@ nothing its noise touches leaves the process as private data. Such simulations n
 and independent streams, not unpredictability against an adversary, so they draw from numpy's
 ``PCG64DXSM`` (O'Neill's permuted congruential generator with the "DXSM" output function,
 numpy's recommended generator for many parallel streams) instead of the ChaCha20 CSPRNG of
-:mod:`textdp.noise.rng`. On the 2-core project machine it gives about 200 M uniforms per second
-against 30 M from ChaCha20 (``benchmarks/bench_audit.py``).
+:mod:`textdp.noise.rng`. On the shared 2-core project machine it gives 110–280 M uniforms per
+second against 24–39 M from ChaCha20, 5–7× as many (``benchmarks/bench_audit.py``, floor row).
 
 **Not for releases.** A sanitizer, a noisy statistic, a DP model: anything whose output is
 published draws from :func:`textdp.noise.make_rng` (ChaCha20) or the keyed streams of
