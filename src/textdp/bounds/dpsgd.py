@@ -327,14 +327,16 @@ def noisy_clipped_sum(G, bound: float, noise_std: float, rng) -> np.ndarray:
     inv = 1.0 / g
     B, p = G.shape
     # Float32 input (the usual case) is rounded in float32, in grid units: x·(1/g) is exact (g a
-    # power of two) and so is trunc, for |x|/g < 2^24. Every row whose float32 norm is below
-    # target·(1 − margin) has exact norm below target (margin: twice the (p + 2)·2⁻²⁴ error bound of a
-    # float32 norm, any summation order), so it is not rescaled and |x| ≤ target < 2^24·g; the other
-    # rows go through the float64 path below. The sum is taken in float64 (integers below 2^52).
-    # Same released lattice point as the float64 path for every row, with half the memory traffic.
+    # power of two; a result below 1 in magnitude truncates to 0 either way) and so is trunc, for
+    # |x|/g < 2^24. Every row whose float32 norm is below target·(1 − margin) has exact norm below
+    # target (margin: over four times the relative error bound ≈ (p + 2)·2⁻²⁴/2 of a float32 norm,
+    # any summation order; target ≥ 2⁻⁵⁰ keeps underflowing squares negligible), so it is not
+    # rescaled and |x| ≤ target < 2^24·g; the other rows go through the float64 path below. The
+    # sum is taken in float64 (integers below 2^52). Same released lattice point as the float64
+    # path for every row, with half the memory traffic.
     margin = 2.0 * (p + 2) * 2.0**-24
     if (G.dtype == np.float32 and math.isfinite(inv) and inv * g == 1.0 and float(np.float32(inv)) == inv
-            and target * inv < 2.0**24 and margin < 0.25):
+            and 2.0**-50 <= target and target * inv < 2.0**24 and margin < 0.25):
         with np.errstate(over="ignore", invalid="ignore"):
             n32 = np.sqrt(np.einsum("ij,ij->i", G, G))
         if np.all(np.isfinite(n32)):
@@ -522,9 +524,9 @@ def train_dpsgd_fil(
     ``torch.cuda.is_available()``, else CPU; :func:`textdp.models.device.resolve_device`).
     The model is moved there (in place) and the gradients, tangents and updates are computed
     there; the batch indices, the Hutchinson probes (numpy PCG64, :func:`_rademacher_probes`)
-    and the float-safe noise (float64 on the CPU, :func:`noisy_clipped_sum`) are drawn on the CPU, so
-    a seeded run draws the same batches, probes and noise on every device (the float
-    arithmetic of the gradients, hence the trained weights, differs across devices).
+    and the float-safe noise (:func:`noisy_clipped_sum`) are drawn on the CPU, so a seeded run
+    draws the same batches, probes and noise on every device (the float arithmetic of the
+    gradients, hence the trained weights, differs across devices).
     Raises ParameterError (σ, C, lr, B, δ out of range, batch norm, unknown or absent device)
     / InputError (shapes).
     """
