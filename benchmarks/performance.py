@@ -3,6 +3,7 @@
     python benchmarks/performance.py                 # full runs (about 20-30 minutes on 2 cores)
     python benchmarks/performance.py --quick         # smaller runs (about 8-12 minutes)
     python benchmarks/performance.py --official PATH/SanText.py   # also the official SanText code's sampler
+    python benchmarks/performance.py --audit-official PATH/experiment.py   # the official Habernal code
 
 Runs, each in its own process, and streams their output:
   bench_sanitize.py  the sampling step against its floor (BLAS GEMM + one exp pass, same shapes and threads),
@@ -33,13 +34,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the smaller run of every benchmark")
     ap.add_argument("--official", metavar="PATH", help="the official SanText code's SanText.py")
+    ap.add_argument("--audit-official", metavar="PATH", help="the official Habernal (2022) code's experiment.py "
+                    "(bench_audit.py --official; without it bench_audit runs its faithful reimplementation)")
     ap.add_argument("--only", help="comma-separated subset: sanitize,startup,audit,bounds,topics")
     a = ap.parse_args()
     q = ["--quick"] if a.quick else []
     jobs = {
         "sanitize": ["bench_sanitize.py", *q, *(["--official", a.official] if a.official else [])],
         "startup": ["bench_startup.py", *q],
-        "audit": ["bench_audit.py", "--quick"],
+        "audit": ["bench_audit.py", "--quick", *(["--official", a.audit_official] if a.audit_official else [])],
         "bounds": ["bench_bounds.py", "--quick"],
         "topics": ["bench_topics.py", "--quick"],
     }
