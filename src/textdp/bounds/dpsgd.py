@@ -32,10 +32,16 @@ and ĝ goes to the noise (:func:`noisy_clipped_sum`), so the per-example gradien
 once for both. For given probes this is the same quantity as the earlier per-example
 ``vmap(jvp(clipped gradient))`` (values equal up to float rounding, tests/bounds/test_dpsgd.py),
 at a lower cost (benchmarks/bench_bounds.py); at g = 0 (saturated softmax) it takes the limit
-t/f instead of autograd's 0·∞ (NaN). The probe law is unchanged (i.i.d. Rademacher, distinct
-per example, probe and step); since issue 14 their bits come from numpy's PCG64 instead of
-``torch.randint``, which is several times faster, so a seeded run's η values differ from
-earlier versions' (other draws, same law); its batches and noise draws are unchanged.
+t/f instead of autograd's 0·∞ (NaN). For a lone ``nn.Linear`` (logits z = W x + b, what ``textdp
+bounds dpsgd --model logreg`` trains; also an ``nn.Sequential`` holding only one), g and t have
+a closed form, computed directly (:func:`_linear_grads_and_tangents`): with s = softmax(z),
+r = s − e_y and dr = s ⊙ (W v − sᵀW v), g = (r xᵀ, r) and t = (dr xᵀ + r vᵀ, dr), the same values
+as the ``torch.func`` pass up to float rounding (tests/bounds/test_dpsgd_linear.py) without
+the nested transforms' per-operation cost; every other model takes the ``torch.func`` pass.
+The probe law is unchanged (i.i.d. Rademacher, distinct per example, probe and step); since
+issue 14 their bits come from numpy's PCG64 instead of ``torch.randint``, which is several
+times faster, so a seeded run's η values differ from earlier versions' (other draws, same
+law); its batches and noise draws are unchanged.
 
 Subsampling (``subsampling=``), i.e. how the step's information enters example i's total:
 
@@ -167,9 +173,46 @@ def _functions(model, clip_norm: float):
     return clipped
 
 
+#: use the closed-form gradients and tangents (:func:`_linear_grads_and_tangents`) when the model is a
+#: lone ``nn.Linear``; tests switch it off to compare with the ``torch.func`` computation
+_CLOSED_FORM_LINEAR = True
+
+
+def _lone_linear(model):
+    """``(weight name, bias name or None)`` when ``model`` is a plain ``torch.nn.Linear``, or an
+    ``nn.Sequential`` holding exactly one, whose forward is z = W x + b as written (no forward or
+    backward hooks, global or its own, no parametrisation, no other parameter); else None."""
+    import torch
+    from torch.nn.modules import module as _module
+    from torch.nn.utils import parametrize
+
+    if (_module._global_forward_hooks or _module._global_forward_pre_hooks  # noqa: SLF001
+            or _module._global_backward_hooks or _module._global_backward_pre_hooks):  # noqa: SLF001
+        return None
+    mods = [model]
+    if type(model) is torch.nn.Sequential and len(model) == 1:
+        mods.append(model[0])
+    lin = mods[-1]
+    if type(lin) is not torch.nn.Linear:
+        return None
+    for m in mods:
+        if (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks  # noqa: SLF001
+                or parametrize.is_parametrized(m)):
+            return None
+    prefix = "0." if len(mods) == 2 else ""
+    names = [k for k, _ in model.named_parameters()]
+    wk, bk = prefix + "weight", (prefix + "bias" if lin.bias is not None else None)
+    if names != [wk] + ([bk] if bk else []):
+        return None
+    return wk, bk
+
+
 def _raw_grad_fn(model):
     """Per-example raw gradient g = ∇_θ ℓ(θ; x, y), flattened to ``(p,)`` (parameters in
-    ``named_parameters`` order), as a function of (params, x ``(d,)``, y ``()``)."""
+    ``named_parameters`` order), as a function of (params, x ``(d,)``, y ``()``). Its attribute
+    ``closed_form_linear`` holds the parameter names of a lone ``nn.Linear`` (:func:`_lone_linear`),
+    for which :func:`_grads_and_tangents` and :func:`_per_example_grads` use closed-form formulas,
+    or None (``torch.func``)."""
     import torch
     from torch.func import functional_call, grad
 
@@ -182,7 +225,71 @@ def _raw_grad_fn(model):
     def raw(params, x, y):
         return torch.cat([t.reshape(-1) for t in gfn(params, x, y).values()])
 
+    raw.closed_form_linear = _lone_linear(model) if _CLOSED_FORM_LINEAR else None
     return raw
+
+
+def _per_example_grads(raw, params, xb, yb):
+    """Raw per-example gradients ``(B, p)`` of ``xb`` (B, d), ``yb`` (B,): closed form for a lone
+    ``nn.Linear`` (:func:`_linear_grads_and_tangents`), else ``torch.func.vmap`` of ``raw``."""
+    from torch.func import vmap
+
+    if getattr(raw, "closed_form_linear", None):
+        return _linear_grads_and_tangents(raw.closed_form_linear, params, xb, yb)[0]
+    return vmap(raw, in_dims=(None, 0, 0))(params, xb, yb)
+
+
+def _linear_grads_and_tangents(names, params, xb, yb, V=None):
+    """Per-example gradients of a linear softmax model and their tangents, in closed form.
+
+    Model z = W x + b (W ``(K, d)``, b ``(K,)`` or absent; ``names`` = (weight name, bias name or
+    None) in ``params``), loss ℓ = −log softmax(z)_y. With s = softmax(z) (computed as
+    exp(log_softmax(z)), as autograd does) and r = s − e_y, the gradient is
+
+        ∂ℓ/∂W = r xᵀ,   ∂ℓ/∂b = r,
+
+    and its derivative along an input direction v (dz = W v; the softmax Jacobian
+    diag(s) − s sᵀ gives dr = s ⊙ (dz − sᵀdz)) is
+
+        (∂g/∂x) v = (dr xᵀ + r vᵀ, dr).
+
+    These are the values :func:`_raw_grad_fn` and the ``torch.func.jvp`` of
+    :func:`_grads_and_tangents` compute, up to float rounding, without the per-operation cost
+    of the nested transforms. xb: ``(B, d)``; yb: ``(B,)`` class ids; V: ``(B, m, d)`` probes
+    or None. Returns (G ``(B, p)``, T ``(B, m, p)`` or None), flattened in the order of
+    ``params`` (weight row-major, then bias).
+    """
+    import torch
+
+    wk, bk = names
+    W = params[wk]
+    b = params[bk] if bk else None
+    B, d = xb.shape
+    K = W.shape[0]
+    s = torch.exp(torch.log_softmax(torch.nn.functional.linear(xb, W, b), dim=1))  # (B, K)
+    r = s - torch.nn.functional.one_hot(yb, K).to(s.dtype)
+    sizes = {k: v.numel() for k, v in params.items()}
+    off, o = {}, 0
+    for k, n in sizes.items():
+        off[k] = o
+        o += n
+    G = torch.empty(B, o, dtype=s.dtype, device=s.device)
+    torch.mul(r.unsqueeze(2), xb.unsqueeze(1), out=G[:, off[wk]:off[wk] + K * d].view(B, K, d))
+    if bk:
+        G[:, off[bk]:off[bk] + K] = r
+    if V is None:
+        return G, None
+    m = V.shape[1]
+    dz = torch.matmul(V, W.t())  # (B, m, K)
+    sb = s.unsqueeze(1)
+    dr = sb * (dz - torch.sum(sb * dz, dim=-1, keepdim=True))  # (B, m, K)
+    T = torch.empty(B, m, o, dtype=s.dtype, device=s.device)
+    Tw = T[:, :, off[wk]:off[wk] + K * d].view(B, m, K, d)
+    torch.mul(dr.unsqueeze(3), xb[:, None, None, :], out=Tw)
+    Tw.addcmul_(r[:, None, :, None], V.unsqueeze(2))
+    if bk:
+        T[:, :, off[bk]:off[bk] + K] = dr
+    return G, T
 
 
 def _soft_clip(G, clip_norm: float):
@@ -234,9 +341,12 @@ def _grads_and_tangents(raw, params, xb, yb, V):
     :func:`_raw_grad_fn`) at ``xb`` (B, d), vmapped over the probe axis of ``V`` (B, m, d).
     Row i of G depends on x_i only, so the batched map's Jacobian is block-diagonal and its
     product with the probes gives every (∂g_i/∂x_i) v_ik at once; the gradient itself is
-    computed once per step, not once per probe. Returns (G (B, p), T (B, m, p))."""
+    computed once per step, not once per probe. For a lone ``nn.Linear`` (``raw.closed_form_linear``)
+    the same values come from :func:`_linear_grads_and_tangents` instead. Returns (G (B, p), T (B, m, p))."""
     from torch.func import jvp, vmap
 
+    if getattr(raw, "closed_form_linear", None):
+        return _linear_grads_and_tangents(raw.closed_form_linear, params, xb, yb, V)
     if xb._base is not None:  # a view: jvp would allocate a zero tangent for its whole base storage
         xb = xb.clone()
     batched = vmap(raw, in_dims=(None, 0, 0))
@@ -523,10 +633,11 @@ def train_dpsgd_fil(
     device: ``"cpu"`` (default), ``"cuda"`` / ``"cuda:N"`` or ``"auto"`` (CUDA when
     ``torch.cuda.is_available()``, else CPU; :func:`textdp.models.device.resolve_device`).
     The model is moved there (in place) and the gradients, tangents and updates are computed
-    there; the batch indices, the Hutchinson probes (numpy PCG64, :func:`_rademacher_probes`)
-    and the float-safe noise (:func:`noisy_clipped_sum`) are drawn on the CPU, so a seeded run
-    draws the same batches, probes and noise on every device (the float arithmetic of the
-    gradients, hence the trained weights, differs across devices).
+    there (closed-form gradients and tangents for a lone ``nn.Linear``, ``torch.func`` for other
+    models; see the module docstring); the batch indices, the Hutchinson probes (numpy PCG64,
+    :func:`_rademacher_probes`) and the float-safe noise (:func:`noisy_clipped_sum`) are drawn
+    on the CPU, so a seeded run draws the same batches, probes and noise on every device (the
+    float arithmetic of the gradients, hence the trained weights, differs across devices).
     Raises ParameterError (σ, C, lr, B, δ out of range, batch norm, unknown or absent device)
     / InputError (shapes).
     """
@@ -574,9 +685,6 @@ def train_dpsgd_fil(
         w = q / (q + (1 - q) * math.exp(-eps_step))
     raw = _raw_grad_fn(model)
     chunk = 64  # examples per exact-trace call in "expected" mode
-    from torch.func import vmap
-
-    per_ex_grad = vmap(raw, in_dims=(None, 0, 0))
     steps_per_epoch = max(n // B, 1)
     eta2 = np.zeros(n) if fil else None
     params = dict(model.named_parameters())
@@ -596,7 +704,7 @@ def train_dpsgd_fil(
                 G, tr = _fil_probes(raw, detached, xb, yb, int(probes), gen_p, C)
                 eta2[idx] += w * tr.double().cpu().numpy() / (d * (sigma * C) ** 2)
             else:
-                G = _soft_clip(per_ex_grad(detached, xb, yb), C)[0]
+                G = _soft_clip(_per_example_grads(raw, detached, xb, yb), C)[0]
             if fil and subsampling == "expected":  # every example, every step: q·I₁ with the exact trace
                 for c0 in range(0, n, chunk):
                     tr = _exact_traces(raw, detached, Xt[c0:c0 + chunk], yt[c0:c0 + chunk], C)
