@@ -126,6 +126,12 @@ def test_closed_form_only_for_a_plain_linear_map():
     seq = torch.nn.Sequential(torch.nn.Linear(4, 2))
     seq.register_forward_pre_hook(lambda mod, inp: (inp[0] * 3.0,))
     assert D._lone_linear(seq) is None
+    patched = torch.nn.Linear(4, 2)
+    patched.forward = lambda x: torch.nn.functional.linear(x, patched.weight) * 2.0
+    assert D._lone_linear(patched) is None
+    back = torch.nn.Linear(4, 2)
+    back.register_full_backward_hook(lambda mod, gin, gout: None)
+    assert D._lone_linear(back) is None
 
 
 def _toy(n=120, d=6, seed=0):

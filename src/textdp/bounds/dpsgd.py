@@ -181,7 +181,8 @@ _CLOSED_FORM_LINEAR = True
 def _lone_linear(model):
     """``(weight name, bias name or None)`` when ``model`` is a plain ``torch.nn.Linear``, or an
     ``nn.Sequential`` holding exactly one, whose forward is z = W x + b as written (no forward or
-    backward hooks, global or its own, no parametrisation, no other parameter); else None."""
+    backward hooks, global or its own, no parametrisation, no forward replaced on the instance, no
+    other parameter); else None."""
     import torch
     from torch.nn.modules import module as _module
     from torch.nn.utils import parametrize
@@ -197,7 +198,7 @@ def _lone_linear(model):
         return None
     for m in mods:
         if (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks  # noqa: SLF001
-                or parametrize.is_parametrized(m)):
+                or parametrize.is_parametrized(m) or "forward" in vars(m)):
             return None
     prefix = "0." if len(mods) == 2 else ""
     names = [k for k, _ in model.named_parameters()]
