@@ -67,7 +67,7 @@ def sanitize_command(
     quiet: bool = opt_quiet(),
     json_out: bool = opt_json(),
     chunk_size: int = typer.Option(50_000, "--chunk-size", help="Documents per streamed chunk."),
-    block_mb: float = typer.Option(32.0, "--block-size", help="MiB per block of word distributions (float64; at least 16 words per block)."),
+    block_mb: float | None = typer.Option(None, "--block-size", help="MiB per block of word distributions per worker (float64; at least 16 words per block). Default: 256 for the numba kernel (at most 64 words per block), 32 for the numpy fallback."),
     device: str = typer.Option("cpu", "--device", help="cpu (default) | cuda (or cuda:N) | auto: where SanText and "
                                "SanText+ sample (the same law and seeded draws on a GPU, except at float ties; "
                                "fbdd samples on the CPU). auto = cuda when torch sees a CUDA device."),
@@ -98,16 +98,16 @@ def sanitize_command(
         raise ParameterError(f"--limit must be a positive number of documents, got {limit}")
     if chunk_size < 1:
         raise ParameterError(f"--chunk-size must be positive, got {chunk_size}")
-    if not (math.isfinite(block_mb) and block_mb * 2**20 >= 1024):  # NaN and inf too: one line, not a crash
+    if block_mb is not None and not (math.isfinite(block_mb) and block_mb * 2**20 >= 1024):  # NaN and inf too: one line, not a crash
         raise ParameterError(f"--block-size must be a finite positive number of MiB, at least 1/1024 MiB "
-                             f"(1 KiB), got {block_mb:g}; the default is 32")
+                             f"(1 KiB), got {block_mb:g}; the default is 256 (numba kernel) or 32 (numpy fallback)")
     from textdp.models.device import resolve_device
 
     is_fbdd = mech_name == "fbdd"
     device = resolve_device("cpu" if is_fbdd and device.strip().lower() == "auto" else device)
     if is_fbdd and device != "cpu":
         raise ParameterError(f"--device {device}: fbdd has no GPU sampler; use --device cpu")
-    kwargs = dict(output_vocabulary=output_vocabulary, oov=oov, rng=seed, block_bytes=int(block_mb * 2**20),
+    kwargs = dict(output_vocabulary=output_vocabulary, oov=oov, rng=seed, block_bytes=None if block_mb is None else int(block_mb * 2**20),
                   device=device)
     if mech_name in ("santext+", "santextplus", "santext-plus"):
         kwargs.update(w=0.9 if w is None else w, p=0.3 if p is None else p,

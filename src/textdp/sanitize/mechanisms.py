@@ -259,9 +259,11 @@ class TokenSanitizer:
         come from per-record keyed streams (:mod:`textdp.noise.keyed`): record
         ``r`` (its index in input order) and token position ``t`` address the
         stream, so the output does not depend on chunking, blocks or workers.
-    block_bytes: memory budget of one weight block (default 32 MiB, but at least
-        16 rows; memory use is about ``workers × block_bytes`` plus the output
-        embeddings as float64).
+    block_bytes: memory budget of one weight block, at least 16 rows; memory use is
+        about ``workers × block_bytes`` plus the output embeddings as float64. Default
+        (None): 256 MiB for the fused numba kernel, which takes at most 64 rows (15 MB
+        per worker for the 30,000-word default vocabulary, 195 MiB for the full 400k
+        GloVe), and 32 MiB for the numpy fallback.
     eta: uniform share mixed into SanText's exponential mechanism by the
         float-safe sampler (default ``2**-20``; see :mod:`textdp.sanitize.sampling`).
     workers: threads computing blocks in parallel (default ``min(4, cpu_count)``);
@@ -301,7 +303,7 @@ class TokenSanitizer:
         return e
 
     def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, output_vocabulary="public",
-                 oov: str = "uniform", unk_token: str = "[UNK]", rng=None, block_bytes: int = DEFAULT_BLOCK_BYTES,
+                 oov: str = "uniform", unk_token: str = "[UNK]", rng=None, block_bytes: int | None = None,
                  workers: int | None = None, eta: float = DEFAULT_ETA, device: str = "cpu"):
         self.epsilon = self.check_epsilon_range(epsilon)  # before the embeddings are loaded
         from textdp.models.device import resolve_device
@@ -340,9 +342,10 @@ class TokenSanitizer:
             raise ParameterError(f"oov (--oov) must be one of {', '.join(OOV_POLICIES)}, got {oov!r}")
         self.oov = oov
         self.unk_token = str(unk_token)
-        if int(block_bytes) < 1024:
+        if block_bytes is not None and int(block_bytes) < 1024:
             raise ParameterError(f"block_bytes (--block-size, in MiB) must be at least 1024 bytes, got {block_bytes!r}")
-        self.block_bytes = int(block_bytes)
+        #: the caller's block budget, or None (the backend's default)
+        self.block_bytes = None if block_bytes is None else int(block_bytes)
         self.workers = max(1, int(workers if workers is not None else min(4, os.cpu_count() or 1)))
         self.embeddings = _as_embeddings(embeddings)
         if self.eta * 2.0**52 < len(self.embeddings):  # every outcome keeps >= 2^10 integer weight units
@@ -703,14 +706,19 @@ class TokenSanitizer:
         return max(pair, oov)
 
     # ------------------------------------------------------------------ helpers for subclasses
+    def _block_bytes(self, fused: bool = False) -> int:
+        if self.block_bytes is not None:
+            return self.block_bytes
+        return sampling.DEFAULT_FUSED_BLOCK_BYTES if fused else DEFAULT_BLOCK_BYTES
+
     def _block_rows(self, width: int) -> int:
-        return max(1, self.block_bytes // (4 * max(1, width)))
+        return max(1, self._block_bytes() // (4 * max(1, width)))
 
     def _exp_block_rows(self, width: int, n: int, fused: bool = False) -> int:
         """Rows per float64 block: ``block_bytes / (8 width)``, at least 16 (and at most ``n``);
         the fused kernel takes at most 64 (its GEMM is then at the BLAS rate and its weights
         stay in the last-level cache)."""
-        b = max(MIN_BLOCK_ROWS, self.block_bytes // (8 * max(1, width)))
+        b = max(MIN_BLOCK_ROWS, self._block_bytes(fused) // (8 * max(1, width)))
         if fused:
             b = min(b, FUSED_MAX_ROWS)
         return max(1, min(n, b))

@@ -62,12 +62,15 @@ from textdp.errors import ParameterError
 from textdp.noise import DEFAULT_ETA, ExactCategorical, categorical_discretisation_epsilon
 
 __all__ = [
-    "DistanceKernel", "FusedWorkspace", "fused_sample", "fused_probabilities", "TILE", "sample_block", "block_probabilities", "sampling_epsilon0", "table_geometry", "uniform_below",
+    "DistanceKernel", "FusedWorkspace", "fused_sample", "fused_probabilities", "TILE", "DEFAULT_FUSED_BLOCK_BYTES", "sample_block", "block_probabilities", "sampling_epsilon0", "table_geometry", "uniform_below",
     "squared_norms", "numba_available", "warm_up", "DEFAULT_BLOCK_BYTES", "DEFAULT_ETA", "BACKEND_ENV",
 ]
 
 #: default memory budget for one ``(B, V_out)`` float64 block (at least 16 rows are used)
 DEFAULT_BLOCK_BYTES = 32 * 2**20
+#: default memory budget of one block of the fused kernel's weights (it takes at most 64 rows, so this
+#: matters only for output vocabularies above 65,536 words: 64 rows of the full 400k GloVe = 195 MiB)
+DEFAULT_FUSED_BLOCK_BYTES = 256 * 2**20
 MIN_BLOCK_ROWS = 16
 #: environment variable selecting the sampler backend: auto (default) | numba | numpy
 BACKEND_ENV = "TEXTDP_SANITIZE_BACKEND"
@@ -215,15 +218,16 @@ class DistanceKernel:
     are translation invariant; the table mean keeps norms, hence GEMM errors,
     small -- see :func:`sampling_epsilon0`). The augmented scaled outputs
     ``(eps/2)^2 [-2y, 1, |y|^2]`` are stored in column tiles, ``tiles``: float64
-    ``(ceil(V / T), m + 2, T)`` with ``T = min(TILE, V)``, zero-padded (memory
-    ``8 (m + 2) V`` bytes, rounded up to a tile).
+    ``(ceil(V / T), m + 2, T)`` with ``T = min(tile, V)`` (default :data:`TILE`), zero-padded
+    (memory ``8 (m + 2) V`` bytes, rounded up to a tile).
     """
 
-    def __init__(self, y: np.ndarray, epsilon: float, center: np.ndarray, chunk_rows: int = 65536):
+    def __init__(self, y: np.ndarray, epsilon: float, center: np.ndarray, chunk_rows: int = 65536,
+                 tile: int = TILE):
         v, m = y.shape
         c2 = (0.5 * float(epsilon)) ** 2
         self.center = np.asarray(center, dtype=np.float64)
-        t = max(1, min(TILE, v))
+        t = max(1, min(int(tile), v))
         nt = max(1, -(-v // t))
         tiles = np.zeros((nt, m + 2, t), dtype=np.float64)
         for s in range(0, v, chunk_rows):  # chunked: memory stays O(chunk) beyond the result
