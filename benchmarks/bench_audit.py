@@ -276,10 +276,14 @@ def _noise_section(a, N: int) -> None:
     def per_s(xs):
         return [x["draws"] / x["wall_s"] / 1e6 for x in xs]
 
+    worst = {}
     for n in dims:
         r = runs[n]
         t_all, t_one = per_s(r["all"]), per_s(r["one"])
         rates.append(_median(t_all))
+        for o in others:
+            ratio = _median([x / y for x, y in zip(t_all, per_s(r[o]))])
+            worst[o] = min(worst.get(o, ratio), ratio)
         line = f"  {n:>4} {r['all'][0]['draws'] // (2 * n):>14,} | {_median(t_all):>7.1f} {_median(t_one):>7.1f} |"
         for o in others:
             ro = per_s(r[o])
@@ -290,6 +294,9 @@ def _noise_section(a, N: int) -> None:
                  f" | {_median([x['peak_mb'] for x in r['all']]):.0f}, "
                  + ", ".join(f"{_median([x['peak_mb'] for x in r[o]]):.0f}" for o in others))
         print(line)
+    for o, ratio in worst.items():
+        print(f"RESULT audit.full_noise_vs_{o} {ratio:.1f}x draws/s at equal drawn records, lowest cell "
+              f"(goal >= 5x; {os.cpu_count()} threads)")
     for n in dims:
         r = runs[n]
         print(f"  n = {n}: ε̂ textdp {r['all'][0]['epsilon_hat']:.4f} (seed 1), "
