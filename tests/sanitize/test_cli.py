@@ -304,3 +304,29 @@ def test_block_size_must_be_finite_positive_mib(tmp_path, table, size):
     assert "--block-size must be a finite positive number of MiB" in msg and len(msg.splitlines()) == 1
     assert "MB)" not in msg and "Traceback" not in msg
     assert not out.exists()
+
+
+def test_workers_gives_the_same_seeded_output_and_bad_values_are_refused(tmp_path, table, small_glove_file):
+    src = tmp_path / "in.csv"
+    io.write_table(pd.concat([table] * 5, ignore_index=True), src)
+    digests = set()
+    for w in ("1", "2", "3"):
+        out = tmp_path / f"w{w}.csv"
+        r = _run(src, "-e", "2", "--embeddings", small_glove_file, "-o", out, "--seed", 7, "--workers", w, "-q",
+                 "--no-ledger", "--block-size", "0.001")
+        assert r.exit_code == 0, r.output
+        digests.add(_digest(out))
+    assert len(digests) == 1
+    for extra, msg in ((["--workers", "0"], "--workers must be a positive number of threads"),
+                       (["--workers", "-2"], "--workers must be a positive number of threads"),
+                       (["-m", "fbdd", "--workers", "2"], "--workers applies to santext and santext+"),
+                       (["--workers", "2", "--device", "cpu", "-m", "santext+"], None)):
+        out = tmp_path / "bad.csv"
+        r = _run(src, "-e", "2", "--embeddings", small_glove_file, "-o", out, "-q", "--no-ledger", *extra)
+        if msg is None:
+            assert r.exit_code == 0, r.output
+            out.unlink()
+            card_path(out).unlink()
+            continue
+        assert r.exit_code == 2 and msg in r.output and len(r.output.strip().splitlines()) == 1, r.output
+        assert not out.exists()

@@ -68,6 +68,8 @@ def sanitize_command(
     json_out: bool = opt_json(),
     chunk_size: int = typer.Option(50_000, "--chunk-size", help="Documents per streamed chunk."),
     block_mb: float | None = typer.Option(None, "--block-size", help="MiB per block of word distributions per worker (float64; at least 16 words per block). Default: 256 for the numba kernel (at most 64 words per block), 32 for the numpy fallback."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Threads of the SanText / SanText+ sampler on "
+                                          "the CPU (default: min(4, CPUs)); the output is the same for any number."),
     device: str = typer.Option("cpu", "--device", help="cpu (default) | cuda (or cuda:N) | auto: where SanText and "
                                "SanText+ sample (the same law and seeded draws on a GPU, except at float ties; "
                                "fbdd samples on the CPU). auto = cuda when torch sees a CUDA device."),
@@ -107,8 +109,16 @@ def sanitize_command(
     device = resolve_device("cpu" if is_fbdd and device.strip().lower() == "auto" else device)
     if is_fbdd and device != "cpu":
         raise ParameterError(f"--device {device}: fbdd has no GPU sampler; use --device cpu")
+    if workers is not None:
+        if workers < 1:
+            raise ParameterError(f"--workers must be a positive number of threads, got {workers}")
+        if is_fbdd:
+            raise ParameterError("--workers applies to santext and santext+ (fbdd's noise and nearest-word search "
+                                 "run in one thread)")
+        if device != "cpu":
+            raise ParameterError(f"--workers applies to the CPU sampler; --device {device} samples on the device")
     kwargs = dict(output_vocabulary=output_vocabulary, oov=oov, rng=seed, block_bytes=None if block_mb is None else int(block_mb * 2**20),
-                  device=device)
+                  device=device, workers=workers)
     if mech_name in ("santext+", "santextplus", "santext-plus"):
         kwargs.update(w=0.9 if w is None else w, p=0.3 if p is None else p,
                       frequencies=frequencies or "public")
