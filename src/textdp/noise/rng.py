@@ -71,10 +71,16 @@ def _bitgen(seq: np.random.SeedSequence) -> np.random.BitGenerator:
 
 
 def _keyed(key: int) -> np.random.Generator:
+    """The secure generator of a release: ChaCha20 keyed from OS entropy. Without a working
+    randomgen a release has no cryptographically secure generator: MissingPackageError (never a
+    silent fallback to a non-cryptographic one)."""
     _ChaCha = _chacha()
-    if _ChaCha is not None:
-        return np.random.Generator(_ChaCha(key=key, rounds=20))
-    return np.random.Generator(np.random.PCG64(key))  # pragma: no cover
+    if _ChaCha is None:
+        from textdp.errors import MissingPackageError
+
+        raise MissingPackageError("randomgen (the ChaCha20 generator of every release's noise) cannot be imported: "
+                                  "pip install randomgen; a run with --seed (not for release) works without it")
+    return np.random.Generator(_ChaCha(key=key, rounds=20))
 
 
 @dataclass(frozen=True)
@@ -112,7 +118,8 @@ class RandomSource:
         return {
             "seeded": self.seeded,
             "seed": self.seed,
-            "generator": "ChaCha20" if _chacha_available() else "PCG64",
+            # a secure source cannot draw without ChaCha20 (_keyed raises); a seeded one falls back to PCG64
+            "generator": "ChaCha20" if not self.seeded or _chacha() is not None else "PCG64",
             "note": SEEDED_NOTE if self.seeded else SECURE_NOTE,
         }
 
