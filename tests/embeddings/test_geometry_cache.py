@@ -28,6 +28,13 @@ def _table(path, seed=0, rows=300, dim=7, shift=0.0):
     return path
 
 
+def _load(path):
+    """The table as an installed package table (files recorded: cached by identity), like the built-in GloVe."""
+    e = load_embeddings(path)
+    return core.Embeddings(list(e.words), np.asarray(e.vectors), source=e.source, kind=e.kind, lowercase=e.lowercase,
+                           files=core.file_identity(path))
+
+
 def _fresh(vectors):
     sampling._GEOMETRY.clear()  # table_geometry's own per-array cache
     return sampling.table_geometry(vectors)
@@ -40,7 +47,7 @@ def _cache_files(tmp_path, prefix="geometry-"):
 
 def test_cached_geometry_equals_a_fresh_computation_and_is_read_back(tmp_path):
     p = _table(tmp_path / "t.txt")
-    emb = load_embeddings(p)
+    emb = _load(p)
     center, radius = emb.geometry(sampling.table_geometry)
     c0, r0 = _fresh(emb.vectors)
     assert center.dtype == np.float64 and np.array_equal(center, c0) and radius == r0
@@ -51,22 +58,22 @@ def test_cached_geometry_equals_a_fresh_computation_and_is_read_back(tmp_path):
     # a new load reads the file (shown by a marker radius written into it), not a recomputation
     doc["radius"] = (r0 * 2).hex()
     files[0].write_text(json.dumps(doc))
-    again = load_embeddings(p)
+    again = _load(p)
     assert again.geometry(sampling.table_geometry)[1] == r0 * 2
     # the exact float64 values survive the round trip through the file
     doc["radius"] = r0.hex()
     files[0].write_text(json.dumps(doc))
-    c1, r1 = load_embeddings(p).geometry(sampling.table_geometry)
+    c1, r1 = _load(p).geometry(sampling.table_geometry)
     assert np.array_equal(c1, c0) and r1 == r0
 
 
 def test_a_changed_file_gets_a_fresh_geometry(tmp_path):
     p = _table(tmp_path / "t.txt", seed=1)
-    old = load_embeddings(p).geometry(sampling.table_geometry)
+    old = _load(p).geometry(sampling.table_geometry)
     st = p.stat()
     _table(p, seed=2, shift=5.0)  # new numbers, and a different modification time
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    emb = load_embeddings(p)
+    emb = _load(p)
     new = emb.geometry(sampling.table_geometry)
     c, r = _fresh(emb.vectors)
     assert np.array_equal(new[0], c) and new[1] == r
@@ -78,8 +85,8 @@ def test_mechanism_geometry_is_the_tables(tmp_path):
     from textdp.sanitize import SanText
 
     p = _table(tmp_path / "t.txt", seed=3)
-    mech = SanText(str(p), epsilon=2.0, output_vocabulary="full")
-    c, r = _fresh(load_embeddings(p).vectors)
+    mech = SanText(_load(p), epsilon=2.0, output_vocabulary="full")
+    c, r = _fresh(_load(p).vectors)
     center, radius = mech._geometry()
     assert np.array_equal(center, c) and radius == r
     assert len(_cache_files(tmp_path)) == 1
@@ -92,16 +99,16 @@ def test_tables_without_files_or_small_are_computed_not_cached(tmp_path, monkeyp
     c0, r0 = _fresh(vec)
     assert np.array_equal(c, c0) and r == r0
     monkeypatch.setattr(core, "GEOMETRY_CACHE_MIN_VALUES", 10**9)
-    load_embeddings(_table(tmp_path / "t.txt")).geometry(sampling.table_geometry)
+    _load(_table(tmp_path / "t.txt")).geometry(sampling.table_geometry)
     assert _cache_files(tmp_path) == []
 
 
 def test_unreadable_cache_entry_is_recomputed(tmp_path):
     p = _table(tmp_path / "t.txt", seed=5)
-    load_embeddings(p).geometry(sampling.table_geometry)
+    _load(p).geometry(sampling.table_geometry)
     (f,) = _cache_files(tmp_path)
     f.write_text("{not json")
-    emb = load_embeddings(p)
+    emb = _load(p)
     c, r = emb.geometry(sampling.table_geometry)
     c0, r0 = _fresh(emb.vectors)
     assert np.array_equal(c, c0) and r == r0
@@ -159,3 +166,25 @@ def test_word_index_answers_as_the_full_dict(monkeypatch):
     assert type(emb.index) is dict and emb.index == ref  # a rare word was looked up: the owner holds the dict
     with pytest.raises(KeyError):
         emb.rows(["a", "missing"])
+
+
+def test_a_users_embedding_file_is_never_cached_by_identity(tmp_path):
+    """An edit that keeps the size and the modification time (cp -p, rsync -a, touch -r) must not reuse
+    the old geometry: user files are recomputed every run (independent review)."""
+    p = _table(tmp_path / "u.txt", rows=50, dim=4)
+    emb = load_embeddings(p)
+    assert emb.files == ()
+    c0, r0 = emb.geometry(sampling.table_geometry)
+    assert _cache_files(tmp_path) == []
+    st = os.stat(p)
+    text = p.read_text(encoding="utf-8").splitlines(keepends=True)
+    first = text[0].split(" ")
+    first[1] = first[1].replace("-", "9", 1) if "-" in first[1] else "9" + first[1][1:]
+    text[0] = " ".join(first)
+    p.write_text("".join(text), encoding="utf-8")
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    again = load_embeddings(p)
+    c1, r1 = again.geometry(sampling.table_geometry)
+    assert not np.array_equal(again.vectors, emb.vectors)
+    c2, r2 = _fresh(again.vectors)
+    assert not np.array_equal(c1, c0) and np.array_equal(c1, c2) and r1 == r2

@@ -26,6 +26,16 @@ def _table(path, seed=0, rows=120, dim=4):
     return path
 
 
+def _pkg(path):
+    """The table as an installed package table (files recorded: cacheable), like the built-in GloVe;
+    a user's embedding file is never cached by identity."""
+    from textdp.embeddings import core, load_embeddings
+
+    e = load_embeddings(path)
+    return core.Embeddings(list(e.words), np.asarray(e.vectors), source=e.source, kind=e.kind, lowercase=e.lowercase,
+                           files=core.file_identity(path))
+
+
 def _files(tmp_path):
     folder = tmp_path / "cache" / "privacy-statistics"
     return sorted(folder.glob("*.json")) if folder.exists() else []
@@ -40,8 +50,8 @@ def _fresh(mech, **kw):
         stats.STATISTICS_CACHE_MIN = old
 
 
-@pytest.mark.parametrize("make", [lambda p: SanText(str(p), epsilon=2.0, output_vocabulary="full"),
-                                  lambda p: SanTextPlus(str(p), epsilon=2.0, output_vocabulary="full",
+@pytest.mark.parametrize("make", [lambda p: SanText(_pkg(p), epsilon=2.0, output_vocabulary="full"),
+                                  lambda p: SanTextPlus(_pkg(p), epsilon=2.0, output_vocabulary="full",
                                                         frequencies="public")])
 def test_cached_statistics_equal_a_fresh_computation(tmp_path, make):
     p = _table(tmp_path / "t.txt")
@@ -58,13 +68,13 @@ def test_cached_statistics_equal_a_fresh_computation(tmp_path, make):
 
 def test_statistics_are_recomputed_for_another_parameter_or_table(tmp_path):
     p = _table(tmp_path / "t.txt", seed=1)
-    a = stats.privacy_statistics(SanText(str(p), epsilon=2.0, output_vocabulary="full"))
-    b = stats.privacy_statistics(SanText(str(p), epsilon=5.0, output_vocabulary="full"))
+    a = stats.privacy_statistics(SanText(_pkg(p), epsilon=2.0, output_vocabulary="full"))
+    b = stats.privacy_statistics(SanText(_pkg(p), epsilon=5.0, output_vocabulary="full"))
     assert a != b and len(_files(tmp_path)) == 2
     st = p.stat()
     _table(p, seed=2)
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    mech = SanText(str(p), epsilon=2.0, output_vocabulary="full")
+    mech = SanText(_pkg(p), epsilon=2.0, output_vocabulary="full")
     c = stats.privacy_statistics(mech)
     assert c == _fresh(mech) and c != a and len(_files(tmp_path)) == 3
 

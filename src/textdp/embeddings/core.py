@@ -157,7 +157,9 @@ class Embeddings:
         """``compute(self.vectors)``, e.g. :func:`textdp.sanitize.sampling.table_geometry` (the
         table's float64 centre, shape ``(dim,)``, and radius), cached with the table.
 
-        A table read from files (``files`` not empty) keeps the result in a JSON file under
+        A table installed from a package (``files`` not empty: the built-in GloVe; a user's
+        embedding file or folder is never cached by identity, since an edit can keep its size and
+        modification time) keeps the result in a JSON file under
         ``cache_dir("embeddings")`` (``$TEXTDP_CACHE/embeddings``), keyed by textdp's version, the
         files' identity (resolved path, size, modification time in ns; the 80 MB of GloVe are not
         hashed), the table's shape and dtype, and ``compute``'s name, default arguments and the
@@ -346,8 +348,10 @@ def _text_file(path: Path, lowercase: bool | None) -> Embeddings:
     if lowercase is None:
         lowercase = all(w == w.lower() for w in words[:1000])
     # the file name only: cards carry the source, and the folder is the curator's (not part of a release)
-    files = before if file_identity(path) == before else ()  # changed while read: nothing cached
-    return Embeddings(words, vectors, source=f"file:{path.name}", kind="word", lowercase=lowercase, files=files)
+    # a user's file is not cached by identity: an edit that keeps its size and mtime (cp -p, rsync -a,
+    # touch -r) would reuse a stale geometry, hence a wrong epsilon0 on the card (independent review);
+    # its geometry is recomputed each run (~0.2 s for 400k x 50), only installed package tables are cached
+    return Embeddings(words, vectors, source=f"file:{path.name}", kind="word", lowercase=lowercase, files=())
 
 
 def _hf_dir(path: Path) -> Embeddings:
@@ -377,7 +381,7 @@ def _hf_dir(path: Path) -> Embeddings:
         lower = bool(json.loads(tk.read_text()).get("do_lower_case", lower))
     return Embeddings([words[i] for i in keep], np.ascontiguousarray(matrix[keep]),
                       source=f"hf:{path.name}", kind="wordpiece", lowercase=lower, vocab_file=str(vocab),
-                      files=files if file_identity(st, vocab) == files else ())
+                      files=())  # a user's folder: not cached by identity (see load_text_vectors)
 
 
 def load_embeddings(name_or_path: str | os.PathLike = "glove-6b-50d", lowercase: bool | None = None) -> Embeddings:
