@@ -319,7 +319,8 @@ def test_workers_gives_the_same_seeded_output_and_bad_values_are_refused(tmp_pat
     assert len(digests) == 1
     for extra, msg in ((["--workers", "0"], "--workers must be a positive number of threads"),
                        (["--workers", "-2"], "--workers must be a positive number of threads"),
-                       (["-m", "fbdd", "--workers", "2"], "--workers applies to santext and santext+"),
+                       (["-m", "fbdd", "--workers", "2"], "--workers N > 1 applies to santext and santext+"),
+                       (["-m", "fbdd", "--workers", "1"], None),
                        (["--workers", "2", "--device", "cpu", "-m", "santext+"], None)):
         out = tmp_path / "bad.csv"
         r = _run(src, "-e", "2", "--embeddings", small_glove_file, "-o", out, "-q", "--no-ledger", *extra)
@@ -330,3 +331,14 @@ def test_workers_gives_the_same_seeded_output_and_bad_values_are_refused(tmp_pat
             continue
         assert r.exit_code == 2 and msg in r.output and len(r.output.strip().splitlines()) == 1, r.output
         assert not out.exists()
+
+
+def test_a_pipe_as_input_is_refused_at_once(tmp_path):
+    import os
+
+    fifo = tmp_path / "in.txt"
+    os.mkfifo(fifo)
+    out = tmp_path / "out.txt"
+    r = _run(fifo, "-e", "3", "-o", out, "--no-ledger")
+    assert r.exit_code == 2 and "is not a regular file" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not out.exists()

@@ -112,11 +112,11 @@ def sanitize_command(
     if workers is not None:
         if workers < 1:
             raise ParameterError(f"--workers must be a positive number of threads, got {workers}")
-        if is_fbdd:
-            raise ParameterError("--workers applies to santext and santext+ (fbdd's noise and nearest-word search "
-                                 "run in one thread)")
-        if device != "cpu":
-            raise ParameterError(f"--workers applies to the CPU sampler; --device {device} samples on the device")
+        if is_fbdd and workers > 1:
+            raise ParameterError("--workers N > 1 applies to santext and santext+ (fbdd's noise and nearest-word "
+                                 "search run in one thread)")
+        if device != "cpu" and workers > 1:
+            raise ParameterError(f"--workers N > 1 applies to the CPU sampler; --device {device} samples on the device")
     kwargs = dict(output_vocabulary=output_vocabulary, oov=oov, rng=seed, block_bytes=None if block_mb is None else int(block_mb * 2**20),
                   device=device, workers=workers)
     if mech_name in ("santext+", "santextplus", "santext-plus"):
@@ -140,6 +140,9 @@ def sanitize_command(
     if not builtin:
         if Path(input).is_dir():
             raise InputError(f"{input!r} is a folder, not a file; give a CSV/TSV/JSONL/Parquet/text file")
+        if not Path(input).is_file():  # a pipe, socket or device: reading it could block forever
+            raise InputError(f"{input!r} is not a regular file (a pipe, socket or device); give a "
+                             f"CSV/TSV/JSONL/Parquet/text file")
         io.detect_format(input)
     if out.is_dir():
         from textdp.errors import OutputError

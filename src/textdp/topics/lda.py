@@ -316,6 +316,10 @@ class LDA:
             accounting["sampler"] = approximate_sampler_note(self.workers)
             seed["sampler_generator"] = ("PCG64, one stream per worker, seeded from the run's generator "
                                          "(not cryptographic; no privacy is claimed)")
+            # the run's generator only seeds the workers: say so instead of the release wording
+            seed["note"] = (("seeded: reproducible; " if src.seeded else "") + "the Gibbs draws come from "
+                            "non-cryptographic PCG64 worker streams (sampler_generator); a non-private model, "
+                            "no release guarantee")
         else:
             state = GibbsState(corpus, self.n_topics, self.alpha, self.beta, rng)
         try:
