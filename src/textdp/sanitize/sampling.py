@@ -123,6 +123,10 @@ def warm_up() -> bool:
     g = np.zeros((1, 2))
     law = _IntegerLaw(g, np.zeros(1, dtype=np.int64), DEFAULT_ETA, True)
     law.search(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.uint64))
+    y = np.eye(2)  # the fused kernel (what the mechanisms run) and its BLAS
+    load_blas()
+    fused_sample(DistanceKernel(y, 1.0, np.zeros(2)), y[:1], [0], np.ones(1, dtype=np.int64),
+                 lambda t: np.zeros(len(t), dtype=np.uint64))
     return True
 
 
