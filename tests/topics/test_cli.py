@@ -320,3 +320,14 @@ def test_fewer_documents_than_topics_leaves_no_ledger_trace(tmp_path):
     assert r.exit_code == 2 and "fewer than K=5" in r.output, r.output
     assert not led.exists() or not any(led.iterdir())
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("privacy,extra", [("none", []), ("lp", ["--flip", 0.1]), ("olp", ["--epsilon", 5]),
+                                           ("hdp", ["--epsilon", 50, "--max-doc-length", 30])])
+def test_private_variants_print_their_terminal_summary(corpus_file, tmp_path, privacy, extra):
+    """Without -q the terminal path runs too (it crashed for lp/olp, whose `workers` default to None)."""
+    out = tmp_path / privacy
+    r = _run("topics", "train", corpus_file, "--k", 3, "--iterations", 3, "--vocabulary", _vocab(corpus_file),
+             "--seed", 0, "--privacy", privacy, *extra, "-o", out, "--no-ledger")
+    assert r.exit_code == 0, r.output
+    assert (out / "model.card.json").exists()

@@ -295,7 +295,7 @@ def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy
     _print_warnings(warnings)  # before the work, so the curator can stop it
     if not quiet:
         _print_private(corpus, f"; vocabulary: {corpus.n_words} words ({_vocabulary_label(corpus.preprocessing)})")
-        if getattr(trainer, "workers", 1) > 1 and privacy == "none":
+        if privacy == "none" and (getattr(trainer, "workers", 1) or 1) > 1:  # LP/OLP's workers may be None
             from textdp.topics.lda import approximate_sampler_note
 
             err_console.print(f"note: {approximate_sampler_note(trainer.workers)}", highlight=False, markup=False,
