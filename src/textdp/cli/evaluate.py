@@ -174,7 +174,7 @@ def evaluate_command(
         print_json({"output": str(output), "seconds": res.seconds, "resumed_cells": res.resumed_cells,
                     "results": df.to_dict("records")})
         return
-    # the terminal table fits 80 columns; model details (epochs, training CPU time) are in results.csv/report
+    # the terminal table: short headers; model details (epochs, training CPU time) are in results.csv/report
     cols = [c for c in ("mechanism", "epsilon", "utility_sanitized", "utility_clean", "majority_rate",
                         "bayes_top1", "bayes_top5", "bayes_optimum_top1", "mask_success", "N_w_median",
                         "S_w_mean") if c in df]
@@ -188,12 +188,22 @@ def evaluate_command(
     from textdp.evaluate.report import epsilon_column
 
     widths = dict(_MIN_WIDTH, epsilon=max([5] + [len(epsilon_column(v)) for v in df["epsilon"]]))
-    for c in cols:  # two-line short headers: fits 80 columns, numbers never cut ("…")
+    for c in cols:  # two-line short headers; numbers never cut ("…"): see the print below
         t.add_column(_SHORT_HEADERS.get(c, c), justify="right", no_wrap=True, min_width=widths.get(c, 5))
     for r in df[cols].to_dict("records"):  # ε exact (never two cells alike), other numbers to 3 decimals
         t.add_row(*[epsilon_column(v) if c == "epsilon" else "–" if v is None or v != v else
                     (f"{v:.3f}" if isinstance(v, float) else str(v)) for c, v in r.items()])
-    out_console.print(t)
+    # numbers are never cut: wider than the terminal (many columns, e.g. with the mask attack), the table is
+    # printed at its own width (a pipe gets 80 columns) rather than truncated
+    from rich.measure import Measurement
+
+    need = Measurement.get(out_console, out_console.options.update_width(10_000), t).minimum
+    width = out_console.width
+    out_console.width = max(width, need)
+    try:
+        out_console.print(t)
+    finally:
+        out_console.width = width
     if not quiet:
         err_console.print(f"report: {esc(str(Path(output) / 'report.html'))}  ({res.seconds:.1f} s"
                           + (f", {res.resumed_cells} cells from cache" if res.resumed_cells else "") + ")")
