@@ -143,25 +143,29 @@ if AVAILABLE:
                 csum[i, nfull] = acc
         return gi
 
+    @njit(inline="always", cache=True)
+    def _first_chunk(cs, target):
+        """The chunk holding ``target`` (first whose cumulative sum ``cs`` exceeds it) and the
+        cumulative sum before it: the binary search both integer searches share."""
+        lo = 0
+        hi = cs.shape[0] - 1
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if cs[mid] > target:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo, (cs[lo - 1] if lo > 0 else np.int64(0))
+
     @njit(nogil=True, cache=True)
     def search_rows(c, csum, rows, u, out):
         """``out[k]`` = smallest ``j`` with ``c[rows[k], 0] + ... + c[rows[k], j] > u[k]``
         (exact integer search: binary search on the chunk sums, then a scan)."""
         v = c.shape[1]
-        nch = csum.shape[1]
         for k in range(rows.shape[0]):
             r = rows[k]
             target = np.int64(u[k])
-            cs = csum[r]
-            lo = 0
-            hi = nch - 1
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if cs[mid] > target:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            acc = cs[lo - 1] if lo > 0 else np.int64(0)
+            lo, acc = _first_chunk(csum[r], target)
             row = c[r]
             j = lo * CHUNK
             end = min(v, j + CHUNK) - 1
@@ -308,20 +312,10 @@ if AVAILABLE:
         """``out[k]`` = smallest ``j`` whose cumulative integer weight in row ``rows[k]`` exceeds
         ``u[k]``: binary search on the chunk sums, then the chunk's weights recomputed
         (:func:`_iweight`, bit-identical to the chunk sums)."""
-        nch = csum.shape[1]
         for k in range(rows.shape[0]):
             r = rows[k]
             target = np.int64(u[k])
-            cs = csum[r]
-            lo = 0
-            hi = nch - 1
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if cs[mid] > target:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            acc = cs[lo - 1] if lo > 0 else np.int64(0)
+            lo, acc = _first_chunk(csum[r], target)
             row = w[r]
             sc = scale[r]
             j = lo * CHUNK
