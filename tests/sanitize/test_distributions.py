@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import textdp.sanitize.mechanisms as mechanisms_module
+import textdp.sanitize.perturbation as mechanisms_module
 from textdp.errors import ParameterError
 from textdp.noise import DEFAULT_ETA, ExactCategorical, make_rng
 from textdp.sanitize import FBDD, SanText, SanTextPlus, sampling

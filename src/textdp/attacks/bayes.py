@@ -164,7 +164,7 @@ class MechanismChannel(Channel):
 
     ``mech``: any object with ``probabilities(words) -> float64 (k, V_out)`` and
     ``output_words`` (SanText, SanText+; the law its sampler really draws from, see
-    :mod:`textdp.sanitize.mechanisms`); ``inputs``: the hypothesis space (words the
+    :mod:`textdp.sanitize.base`); ``inputs``: the hypothesis space (words the
     mechanism accepts as input; default ``mech.output_words``). Rows come from
     ``mech.probabilities`` (full rows; :meth:`log_prob_block` selects columns, so
     prefer :class:`ExponentialChannel` for attacks on a few observed outputs).

@@ -22,6 +22,7 @@ from textdp import __version__
 # commands before groups). Each module defines register(app), which registers exactly that name.
 _COMMAND_MODULES = {
     "sanitize": "textdp.cli.sanitize",
+    "mechanisms": "textdp.cli.mechanisms",
     "audit": "textdp.cli.audit",
     "evaluate": "textdp.cli.evaluate",
     "datasets": "textdp.cli.datasets",

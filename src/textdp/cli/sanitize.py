@@ -22,6 +22,50 @@ from textdp.cli._common import esc, handle_errors, out_console, opt_json, opt_ou
 __all__ = ["register", "sanitize_command"]
 
 
+MECHANISM_HELP = ("santext | santext+ | fbdd | mahalanobis | vickrey | custext | custext+ | tem | truncated-gumbel | "
+                  "1-diffractor | dp-prompt | dp-mlm (`textdp mechanisms` lists them with their guarantees and "
+                  "parameters)")
+
+
+def parse_params(mech_name: str, items: list[str]) -> dict:
+    """``--param KEY=VALUE`` items as the mechanism's keyword arguments, typed from its signature
+    (int, float, bool, str); ParameterError (one line) for a malformed item, an unknown key or a bad value."""
+    from textdp.errors import ParameterError
+    from textdp.sanitize import mechanism_parameters
+
+    own = mechanism_parameters(mech_name)
+    out: dict = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ParameterError(f"--param {item!r}: write KEY=VALUE, e.g. --param k=20")
+        if key not in own:
+            raise ParameterError(f"--param {key}: {mech_name} has no parameter {key!r}; its parameters: "
+                                 f"{', '.join(own) or 'none'}")
+        if key in out:
+            raise ParameterError(f"--param {key} given twice")
+        p = own[key]
+        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+        default = p.default
+        value = value.strip()
+        try:
+            if "bool" in ann or isinstance(default, bool):
+                low = value.lower()
+                if low not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                out[key] = low in ("true", "1", "yes")
+            elif ann.startswith("int") or (isinstance(default, int) and "float" not in ann):
+                out[key] = int(value)
+            elif "float" in ann or isinstance(default, float):
+                out[key] = float(value)
+            else:
+                out[key] = value
+        except ValueError:
+            raise ParameterError(f"--param {key}={value!r}: not a valid {ann or type(default).__name__}") from None
+    return out
+
+
 def _default_output(input_name: str, builtin: bool, mechanism: str) -> Path:
     tag = mechanism.replace("+", "plus")
     if builtin:
@@ -36,13 +80,16 @@ def _default_output(input_name: str, builtin: bool, mechanism: str) -> Path:
 def sanitize_command(
     input: str = typer.Argument("rotten-tomatoes", help="A built-in dataset name (see `textdp datasets`) or a "
                                 "CSV/TSV/JSONL/Parquet/TXT file."),
-    mechanism: str = typer.Option("santext", "--mechanism", "-m", help="santext | santext+ | fbdd"),
+    mechanism: str = typer.Option("santext", "--mechanism", "-m", help=MECHANISM_HELP),
     epsilon: float = typer.Option(..., "--epsilon", "-e", help="Privacy parameter per token (guarantee "
                                   "eps·d(x,x'), d = Euclidean embedding distance)."),
     w: Optional[float] = typer.Option(None, "--w", help="SanText+: least frequent share of the vocabulary "
                                       "that is sensitive, in [0,1] (default 0.9)."),
     p: Optional[float] = typer.Option(None, "--p", help="SanText+: probability that a non-sensitive word is "
                                       "resampled, in [0,1] (default 0.3)."),
+    param: Optional[list[str]] = typer.Option(None, "--param", "-P", help="A mechanism's own parameter as KEY=VALUE "
+                                              "(repeatable), e.g. -P k=20 for custext; `textdp mechanisms` lists "
+                                              "each mechanism's parameters."),
     frequencies: Optional[str] = typer.Option(None, "--frequencies", help="SanText+: how the sensitive set is "
                                               "ranked: 'public' (default: the output vocabulary's public frequency "
                                               "order), 'wordfreq', or 'corpus' (the paper's choice: corpus counts "
@@ -84,7 +131,7 @@ def sanitize_command(
     from textdp.data.datasets import is_builtin, load_dataset
     from textdp.errors import InputError, ParameterError
     from textdp.sanitize import make_mechanism, privacy_statistics
-    from textdp.sanitize.mechanisms import check_epsilon, check_unit
+    from textdp.sanitize.base import check_epsilon, check_unit
 
     t0 = time.perf_counter()
     # ---- parameters first: bad values fail before anything is read
@@ -105,25 +152,29 @@ def sanitize_command(
                              f"(1 KiB), got {block_mb:g}; the default is 256 (numba kernel) or 32 (numpy fallback)")
     from textdp.models.device import resolve_device
 
-    is_fbdd = mech_name == "fbdd"
-    device = resolve_device("cpu" if is_fbdd and device.strip().lower() == "auto" else device)
-    if is_fbdd and device != "cpu":
-        raise ParameterError(f"--device {device}: fbdd has no GPU sampler; use --device cpu")
+    from textdp.sanitize import MECHANISMS, canonical_name
+
+    mech_name = canonical_name(mech_name)
+    cls = MECHANISMS[mech_name]
+    device = resolve_device("cpu" if not cls.torch_sampler and device.strip().lower() == "auto" else device)
+    if not cls.torch_sampler and device != "cpu":
+        raise ParameterError(f"--device {device}: {mech_name} has no GPU sampler; use --device cpu")
     if workers is not None:
         if workers < 1:
             raise ParameterError(f"--workers must be a positive number of threads, got {workers}")
-        if is_fbdd and workers > 1:
-            raise ParameterError("--workers N > 1 applies to santext and santext+ (fbdd's noise and nearest-word "
-                                 "search run in one thread)")
+        if not cls.supports_workers and workers > 1:
+            takers = ", ".join(n for n, c in MECHANISMS.items() if c.supports_workers)
+            raise ParameterError(f"--workers N > 1 applies to {takers} ({mech_name} samples in one thread)")
         if device != "cpu" and workers > 1:
             raise ParameterError(f"--workers N > 1 applies to the CPU sampler; --device {device} samples on the device")
     kwargs = dict(output_vocabulary=output_vocabulary, oov=oov, rng=seed, block_bytes=None if block_mb is None else int(block_mb * 2**20),
                   device=device, workers=workers)
-    if mech_name in ("santext+", "santextplus", "santext-plus"):
+    if mech_name == "santext+":
         kwargs.update(w=0.9 if w is None else w, p=0.3 if p is None else p,
                       frequencies=frequencies or "public")
     else:
         kwargs.update(w=w, p=p, frequencies=frequencies)
+    kwargs.update(parse_params(mech_name, param or []))
 
     # ---- input and output paths
     builtin = is_builtin(input)
@@ -133,7 +184,7 @@ def sanitize_command(
         raise InputError(f"{input!r} is neither a file nor a built-in dataset ({', '.join(list_datasets())})")
     if not builtin and split != "all":
         raise ParameterError("--split applies only to built-in datasets")
-    tag = mech_name if mech_name in ("santext", "fbdd") else "santext+"
+    tag = mech_name
     if output is not None and not str(output).strip():
         raise ParameterError("--output is empty; give a file name such as out.csv (its suffix sets the format)")
     out = Path(output) if output is not None else _default_output(input, builtin, tag)
@@ -418,7 +469,6 @@ OOV_WARNING_SHARE = 0.2
 
 def card_warnings(mech) -> list[str]:
     """The card's warnings: statements that follow from the parameters alone (never from the data)."""
-    g = mech.guarantee
     warnings = []
     if mech.oov == "keep":
         warnings.append("out-of-vocabulary tokens are released unchanged (--oov keep): they have NO privacy "
@@ -426,27 +476,11 @@ def card_warnings(mech) -> list[str]:
     elif mech.oov in ("unk", "drop"):
         warnings.append(f"--oov {mech.oov}: whether a token has an embedding is released (its position "
                         f"{'holds the unk token' if mech.oov == 'unk' else 'is removed'}): outside every guarantee")
-    if g.kind == "umldp" and not math.isinf(getattr(g, "epsilon0", 0.0)) and \
-            math.isinf(getattr(g, "worst_case_epsilon", None) or 0.0):
-        warnings.append("santext+ keeps a non-sensitive word unchanged with probability 1 - p and no other input ever "
-                        "produces it: an output non-sensitive word reveals its input exactly (UMLDP protects the "
-                        "sensitive words; epsilon0 = ln(1/p) bounds only how much more likely a kept word is than a "
-                        "resampled one), so the plain-DP worst case per token is unbounded")
-    if g.kind == "umldp" and math.isinf(getattr(g, "epsilon0", 0.0)):
-        warnings.append("p = 0: non-sensitive words are always released unchanged, so epsilon0 is infinite "
-                        "and SanText+ gives NO guarantee for them; use p > 0 for a finite epsilon0 = ln(1/p)")
     if mech.output_vocabulary == "corpus":
-        from textdp.sanitize.mechanisms import CORPUS_VOCABULARY_WARNING
+        from textdp.sanitize.base import CORPUS_VOCABULARY_WARNING
 
         warnings.append(CORPUS_VOCABULARY_WARNING)
-    if getattr(mech, "frequencies", None) == "corpus":
-        from textdp.sanitize.mechanisms import CORPUS_FREQUENCIES_WARNING
-
-        warnings.append(CORPUS_FREQUENCIES_WARNING)
-    if mech.name == "fbdd":
-        warnings.append("FBDD draws continuous noise in floating point: its clipping is charged in epsilon0, "
-                        "its discretisation is not accounted (the uniform share eta bounds every per-token "
-                        "log-ratio by worst_case_epsilon)")
+    warnings.extend(mech.card_warnings())
     return warnings
 
 
@@ -460,24 +494,7 @@ def _card(mech, out, privacy_statistics, build_card, other_columns=()) -> dict:
         mechanism=mech.name,
         parameters=mech.parameters(),
         guarantee=g,
-        units=_drop_none({
-            "epsilon": "per token, per unit of Euclidean distance between embeddings: "
-                       "P[M(x)=y] <= exp(eps*d(x,x') + epsilon0) P[M(x')=y]" +
-                       (" for every output y in the sensitive set; an output non-sensitive word y is produced only "
-                        "by x = y (UMLDP, Yue et al. 2021 Def. 2)" if g.kind == "umldp" else ""),
-            "per_document": "tokens are sanitized independently; two documents of equal length L are "
-                            "eps*sum_i d(x_i,x'_i)-indistinguishable" +
-                            (" (+ L*eps0)" if getattr(g, "epsilon0", 0) else ""),
-            "neighbours": "replace one token (per-token guarantee); replace tokens position-wise (document)",
-            "epsilon0": ("additive per-token term: P[M(x)=y] <= exp(eps*d(x,x') + epsilon0) P[M(x')=y]; for "
-                         "santext it is the accounted cost of float-safe sampling (integer weights with a uniform "
-                         "share eta, float64 distances), for santext+ ln(1/p) plus that cost, for fbdd the "
-                         "accounted clipping of its float noise")
-            if g.kind in ("metric-dp", "umldp") and getattr(g, "epsilon0", 0) else None,
-            "worst_case_epsilon": "plain DP per token: the largest log-ratio of the mechanism's channel over every "
-                                  "pair of accepted inputs (out-of-vocabulary tokens included); L times it per "
-                                  "document of L tokens",
-        }),
+        units=mech.card_units(),
         data={"embeddings": mech.embeddings.describe(), "output_vocabulary": mech.output_vocabulary_info(),
               "detokenization": "token spans replaced in place, whitespace kept; tokens that touch in the input "
                                 "stay glued only where the OUTPUT tokens read well glued (punctuation, clitics), "
@@ -492,7 +509,7 @@ def _card(mech, out, privacy_statistics, build_card, other_columns=()) -> dict:
         warnings=card_warnings(mech) + ([
             f"the other columns of the table ({', '.join(other_columns)}) are released unchanged: they are outside "
             "the guarantee (remove them before sanitizing if they are private)"] if other_columns else []),
-        paper="Yue et al., Findings of ACL 2021 (SanText/SanText+); Feyisetan et al., WSDM 2020 (FBDD)",
+        paper=mech.paper,
     )
 
 

@@ -160,7 +160,7 @@ class SweepConfig:
                 raise ParameterError(f"--{name} must be a number in [0, 1], got {v!r}") from None
             if not (np.isfinite(fv) and 0.0 <= fv <= 1.0):
                 raise ParameterError(f"--{name} must be in [0, 1], got {v!r}")
-        from textdp.sanitize.mechanisms import OUTPUT_VOCABULARIES
+        from textdp.sanitize.base import OUTPUT_VOCABULARIES
 
         ov = str(self.output_vocabulary).strip() if self.output_vocabulary is not None else ""
         if ov.lower() in OUTPUT_VOCABULARIES:

@@ -1,0 +1,3 @@
+"""(being built for issue 15: see /work/notes/i15/plan.md)"""
+
+REGISTERED: tuple = ()
