@@ -5,6 +5,7 @@ from textdp.accounting.guarantees import (
     UMLDP,
     ApproxDP,
     Guarantee,
+    GroupDP,
     LocalDP,
     MetricDP,
     NoPrivacy,
@@ -13,6 +14,6 @@ from textdp.accounting.guarantees import (
 )
 
 __all__ = [
-    "Guarantee", "PureDP", "ApproxDP", "RDP", "MetricDP", "UMLDP", "LocalDP", "NoPrivacy",
+    "Guarantee", "PureDP", "ApproxDP", "RDP", "MetricDP", "UMLDP", "LocalDP", "GroupDP", "NoPrivacy",
     "guarantee_from_dict",
 ]

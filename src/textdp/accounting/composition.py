@@ -23,6 +23,12 @@ group key                    members and rule
                              (e1 + e2) max(d1, d2)``: the epsilons still add
                              (a conservative cap), and the composed metric is
                              named ``max(d1, d2)``. UMLDP also adds ``epsilon0``.
+``group/<unit>``             GroupDP (CusText, CusText+): epsilon-DP between
+                             inputs of the same group of a public partition,
+                             nothing between groups. Epsilons (and epsilon0)
+                             add; two releases under different partitions
+                             protect only pairs that share a group in both
+                             (the composed partition is named ``meet(p1, p2)``).
 ``none``                     NoPrivacy: anything composed with it has none.
 ============================ ===================================================
 
@@ -53,6 +59,10 @@ of a guarantee is charged (:func:`charges`):
   ``epsilon`` (per unit of metric distance) and ``epsilon0`` (the additive term
   per unit: SanText+'s ``ln(1/p)`` plus the sampler's float cost, and the small
   sampler cost of MetricDP). A budget caps each component.
+* ``group/<unit>``: ``epsilon`` and ``epsilon0`` as for a metric currency, summed
+  over releases; the epsilon holds only between inputs of the same group. A
+  wildcard budget (no currency) does NOT cover it (:data:`NAMED_BUDGET_ONLY`):
+  only a budget that names ``group/<unit>`` does.
 * ``none``: a release without privacy; its loss is unbounded.
 
 A term that is infinite (SanText+ with ``p = 0`` has ``epsilon0 = inf``; a
@@ -79,6 +89,7 @@ from textdp.accounting.guarantees import (
     UMLDP,
     ApproxDP,
     Guarantee,
+    GroupDP,
     LocalDP,
     MetricDP,
     NoPrivacy,
@@ -97,6 +108,7 @@ __all__ = [
     "metric_to_document",
     "CURRENCY_HELP",
     "parse_currency",
+    "NAMED_BUDGET_ONLY",
     "charges",
     "unbounded_terms",
     "worst_case_per_token",
@@ -107,6 +119,8 @@ DEFAULT_ORDERS: tuple[float, ...] = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6
                                      20.0, 24.0, 32.0, 48.0, 64.0, 128.0, 256.0)
 _DP = (PureDP, LocalDP, ApproxDP, RDP)
 _METRIC = (MetricDP, UMLDP)
+#: currency prefixes that a wildcard budget (no currency) does not cover: only a budget naming them does
+NAMED_BUDGET_ONLY = ("group/",)
 
 
 def group_key(g: Guarantee) -> str:
@@ -117,6 +131,8 @@ def group_key(g: Guarantee) -> str:
         return f"dp/{g.unit}/{g.neighbours}"
     if isinstance(g, _METRIC):
         return f"metric/{g.unit}"
+    if isinstance(g, GroupDP):
+        return f"group/{g.unit}"
     raise ParameterError(f"no composition rule for guarantee kind {g.kind!r}")
 
 
@@ -187,6 +203,14 @@ def compose(guarantees: Sequence[Guarantee], delta: float = 1e-6) -> Guarantee:
         w = min(getattr(g, "sensitive_fraction", 1.0) for g in gs)
         return UMLDP(epsilon=eps, epsilon0=e0, metric=first.metric, sensitive_fraction=w, unit=first.unit,
                      neighbours=first.neighbours, worst_case_epsilon=wc)
+    if key.startswith("group/"):
+        parts = list(dict.fromkeys(g.partition for g in gs))
+        unprot = list(dict.fromkeys(g.unprotected for g in gs if g.unprotected))
+        wcs = [g.worst_case_epsilon for g in gs]
+        return GroupDP(epsilon=sum(g.epsilon for g in gs), epsilon0=sum(g.epsilon0 for g in gs),
+                       partition=parts[0] if len(parts) == 1 else "meet(" + ", ".join(parts) + ")",
+                       unprotected="; ".join(unprot), unit=first.unit, neighbours=first.neighbours,
+                       worst_case_epsilon=None if any(w is None for w in wcs) else float(sum(wcs)))
     unit, nb = first.unit, first.neighbours
     if all(isinstance(g, LocalDP) for g in gs):
         return LocalDP(epsilon=sum(g.epsilon for g in gs), unit=unit, neighbours=nb)
@@ -230,7 +254,7 @@ def spent_epsilon(g: Guarantee, delta: float = 1e-6) -> tuple[float, float]:
     """
     if isinstance(g, NoPrivacy):
         return math.inf, 1.0
-    if isinstance(g, _METRIC):
+    if isinstance(g, (*_METRIC, GroupDP)):
         return float(g.epsilon), 0.0
     a = to_approx_dp(g, delta)
     return float(a.epsilon), float(a.delta)
@@ -256,7 +280,8 @@ def metric_to_document(g: MetricDP | UMLDP, max_tokens: int, diameter: float) ->
 
 #: what ``--currency`` accepts (one line, for help texts and errors)
 CURRENCY_HELP = ("metric/token (SanText, SanText+, FBDD: metric ε per unit of embedding distance and the additive "
-                 "ε₀ per token), dp/document/replace-one (DP per document: HDP-LDA), dp/token/replace-one (DP or "
+                 "ε₀ per token), group/token (CusText, CusText+: ε-DP between words of the same group only; "
+                 "short form custext), dp/document/replace-one (DP per document: HDP-LDA), dp/token/replace-one (DP or "
                  "LDP per token: LP/OLP-LDA), or any group key dp/<unit>/<replace-one|add-remove>, metric/<unit>; "
                  "short forms: metric-token, dp-document, ldp-token")
 
@@ -276,6 +301,8 @@ def parse_currency(text: str) -> str:
     bad = ParameterError(f"unknown currency {raw[:40]!r}; use {CURRENCY_HELP}")
     if not t:
         raise bad
+    if t in ("custext", "custext+", "group"):
+        return "group/token"
     if t == "none":
         raise ParameterError("a budget cannot be set in currency 'none': a release without privacy has an "
                              "unbounded loss and fits no budget")
@@ -289,8 +316,8 @@ def parse_currency(text: str) -> str:
     if not rest or not all(re.fullmatch(r"[a-z][a-z0-9_]{0,30}", u) for u in rest[:1]):
         raise bad
     unit = rest[0]
-    if kind == "metric" and len(rest) == 1:
-        return f"metric/{unit}"
+    if kind in ("metric", "group") and len(rest) == 1:
+        return f"{kind}/{unit}"
     if kind in ("dp", "ldp") and len(rest) in (1, 2):
         nb = rest[1] if len(rest) == 2 else "replace-one"
         if nb not in _NEIGHBOURS:
@@ -307,7 +334,7 @@ def charges(g: Guarantee, delta: float = 1e-6) -> dict[str, float]:
     additive epsilon0 per unit (UMLDP's ``ln(1/p)`` + sampler cost; MetricDP's sampler
     cost). None: ``{"epsilon": inf, "delta": 1}``.
     """
-    if isinstance(g, _METRIC):
+    if isinstance(g, (*_METRIC, GroupDP)):
         return {"epsilon": float(g.epsilon), "epsilon0": float(getattr(g, "epsilon0", 0.0) or 0.0)}
     eps, dlt = spent_epsilon(g, delta)
     return {"epsilon": eps, "delta": dlt}
@@ -322,6 +349,12 @@ def unbounded_terms(g: Guarantee) -> list[tuple[str, str]]:
         return [("epsilon", "no privacy guarantee" + (f" ({g.reason})" if g.reason else "")
                  + ": the input is released unprotected")]
     out: list[tuple[str, str]] = []
+    if isinstance(g, GroupDP):
+        if math.isinf(g.epsilon):
+            out.append(("epsilon", "every input is released unchanged"))
+        if math.isinf(g.epsilon0):
+            out.append(("epsilon0", "the additive term is unbounded"))
+        return out
     if isinstance(g, _METRIC):
         if math.isinf(g.epsilon):
             out.append(("epsilon", "every input is released unchanged"))
@@ -352,7 +385,7 @@ def worst_case_per_token(g: Guarantee) -> tuple[float | None, str]:
     """
     if isinstance(g, NoPrivacy):
         return math.inf, "no privacy"
-    if isinstance(g, _METRIC):
+    if isinstance(g, (*_METRIC, GroupDP)):
         wc = getattr(g, "worst_case_epsilon", None)
         if wc is None:
             return None, "not computed"

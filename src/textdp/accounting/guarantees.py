@@ -26,6 +26,7 @@ __all__ = [
     "MetricDP",
     "UMLDP",
     "LocalDP",
+    "GroupDP",
     "NoPrivacy",
     "guarantee_from_dict",
 ]
@@ -175,6 +176,44 @@ class UMLDP(Guarantee):
 
 
 @dataclass(frozen=True)
+class GroupDP(Guarantee):
+    """epsilon-DP between inputs of the same group of a public partition, nothing between groups
+    (CusText, CusText+: Chen et al., Findings of ACL 2023).
+
+    ``p(y|x) <= exp(epsilon + epsilon0) p(y|x')`` for every output ``y`` and every two inputs
+    ``x, x'`` whose group (``partition`` names how the groups are built, from public data only) is
+    the same; two inputs of different groups have disjoint output sets, so an output reveals its
+    input's group with certainty: the plain-DP ``worst_case_epsilon`` over every pair of accepted
+    inputs is infinite as soon as there are two groups. ``epsilon0``: an additive term (the
+    float-safe sampler's accounted cost). ``unprotected``: inputs released unchanged, outside
+    every group (CusText+'s stop words), or empty.
+
+    Its ledger currency is ``group/<unit>`` (:func:`textdp.accounting.composition.group_key`); a
+    wildcard budget does not cover it: only a budget that names it does (the epsilon is not
+    comparable with a DP or metric epsilon, and holds only inside a group).
+    """
+
+    epsilon: float = 1.0
+    epsilon0: float = 0.0
+    partition: str = ""
+    unprotected: str = ""
+    unit: str = "token"
+    neighbours: str = "replace-one"
+    #: plain-DP view over every pair of accepted inputs (inf with two groups or more; None: not computed)
+    worst_case_epsilon: float | None = None
+    kind = "group-dp"
+
+    def __post_init__(self):
+        _check_epsilon(self.epsilon, allow_inf=True)
+
+    def describe(self) -> str:
+        extra = f" + {self.epsilon0:.2g}" if self.epsilon0 else ""
+        unprot = f"; {self.unprotected} released unchanged" if self.unprotected else ""
+        return (f"{self.epsilon:g}{extra}-DP per {self.unit} between words of the same group only "
+                f"({self.partition}; different groups are told apart with certainty{unprot})")
+
+
+@dataclass(frozen=True)
 class LocalDP(Guarantee):
     """epsilon-LDP: each user's report satisfies epsilon-DP on its own."""
 
@@ -200,7 +239,7 @@ class NoPrivacy(Guarantee):
         return f"no privacy guarantee{': ' + self.reason if self.reason else ''}"
 
 
-_KINDS = {c.kind: c for c in (PureDP, ApproxDP, RDP, MetricDP, UMLDP, LocalDP, NoPrivacy)}
+_KINDS = {c.kind: c for c in (PureDP, ApproxDP, RDP, MetricDP, UMLDP, LocalDP, GroupDP, NoPrivacy)}
 
 
 def guarantee_from_dict(d: dict[str, Any]) -> Guarantee:
@@ -209,7 +248,8 @@ def guarantee_from_dict(d: dict[str, Any]) -> Guarantee:
     kind = d.pop("kind")
     cls = _KINDS[kind]
     for k, v in list(d.items()):  # non-finite numbers as written by cards and the ledger ("inf", "-inf", "nan")
-        if isinstance(v, str) and v in ("inf", "-inf", "nan") and k not in ("unit", "neighbours", "metric", "reason"):
+        if isinstance(v, str) and v in ("inf", "-inf", "nan") and k not in ("unit", "neighbours", "metric", "reason",
+                                                                               "partition", "unprotected"):
             d[k] = float(v)
     for k in ("orders", "epsilons"):
         if k in d:

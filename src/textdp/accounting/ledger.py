@@ -60,7 +60,10 @@ currency is the last budget entry naming it.
 A budget entry without a currency (every entry written before currencies, and
 ``textdp budget set DATASET --epsilon E`` without ``--currency``) is a wildcard:
 it caps every currency that has no budget of its own, each separately, at that
-epsilon (the behaviour before currencies). Under budgets that all name a
+epsilon (the behaviour before currencies), except the currencies of
+:data:`~textdp.accounting.composition.NAMED_BUDGET_ONLY` (``group/<unit>``: CusText's
+epsilon holds only between words of the same group), which only a budget naming them
+covers. Under budgets that all name a
 currency, a release in a currency none of them names is refused
 (:class:`CurrencyNotBudgetedError`). With no budget at all, every release is
 recorded and nothing is refused.
@@ -86,6 +89,7 @@ from pathlib import Path
 from typing import Any
 
 from textdp.accounting.composition import (
+    NAMED_BUDGET_ONLY,
     charges,
     compose_by_group,
     group_key,
@@ -320,8 +324,11 @@ class Ledger:
         return out
 
     def budget_for(self, currency: str, budgets: dict[str | None, Budget] | None = None) -> Budget | None:
-        """The budget that caps ``currency``: its own, else the wildcard, else None."""
+        """The budget that caps ``currency``: its own, else the wildcard (except for a currency of
+        :data:`~textdp.accounting.composition.NAMED_BUDGET_ONLY`, which only its own covers), else None."""
         budgets = self.budgets() if budgets is None else budgets
+        if currency is not None and currency.startswith(NAMED_BUDGET_ONLY):
+            return budgets.get(currency)
         return budgets.get(currency) or budgets.get(None)
 
     def releases(self) -> list[dict[str, Any]]:
@@ -491,9 +498,15 @@ class Ledger:
                             f"covers it (budget of {self.dataset!r}: {shown.describe()})", force_hint)
         if b is None:
             named = ", ".join(sorted(c for c in budgets if c is not None))
-            return _refused(CurrencyNotBudgetedError,
-                            f"this release ({guarantee.describe()}) spends currency {key}, but the budget of "
-                            f"{self.dataset!r} names only {named}",
+            if key.startswith(NAMED_BUDGET_ONLY):
+                shown = "; ".join(x.describe() for x in budgets.values())
+                why = (f"this release ({guarantee.describe()}) spends currency {key}, which only a budget naming "
+                       f"it covers (its ε holds only between words of the same group), and the budgets of "
+                       f"{self.dataset!r} are: {shown}")
+            else:
+                why = (f"this release ({guarantee.describe()}) spends currency {key}, but the budget of "
+                       f"{self.dataset!r} names only {named}")
+            return _refused(CurrencyNotBudgetedError, why,
                             f"set one for it with `textdp budget set DATASET --epsilon E --currency {key}` or "
                             f"{force_hint}", sep=": ")
         delta = self._delta(key, budgets)
@@ -603,7 +616,7 @@ class Ledger:
         if dlt is not None and not (0 <= dlt < 1):
             raise ParameterError(f"budget delta must be in [0, 1), got {delta!r}")
         cur = None if currency is None else parse_currency(currency)
-        if cur is not None and cur.startswith("metric/") and dlt is not None:
+        if cur is not None and cur.startswith(("metric/", "group/")) and dlt is not None:
             raise ParameterError(f"--delta applies to dp/... currencies; {cur} has no delta (cap its additive term "
                                  "with --epsilon0)")
         if cur is not None and cur.startswith("dp/") and e0 is not None:

@@ -20,7 +20,8 @@ budget_app = typer.Typer(
     help="Privacy-budget ledger of a dataset: what was released, what is left. Each guarantee spends one "
          "currency (its composition group): metric/token (SanText, SanText+, FBDD: the metric ε per unit of "
          "embedding distance AND the additive ε₀ per token, e.g. SanText+'s ln(1/p), both summed over releases), "
-         "dp/document/replace-one (DP per document), dp/token/replace-one (DP or LDP per token), ... A budget "
+         "dp/document/replace-one (DP per document), dp/token/replace-one (DP or LDP per token), group/token "
+         "(CusText, CusText+: ε-DP between words of the same group only; no wildcard budget covers it), ... A budget "
          "names its currency (--currency); one set without it caps every currency without its own budget. "
          "Under a budget, a release with an infinite term (SanText+ with p = 0) or in a currency no budget "
          "names is refused unless --force (recorded as forced, stated on the card).",
@@ -420,8 +421,10 @@ def set_(
     currency: Optional[str] = typer.Option(
         None, "--currency", help="The currency this budget caps: metric/token (metric ε and ε₀ per token: "
         "SanText, SanText+, FBDD), dp/document/replace-one (DP per document), dp/token/replace-one (DP or LDP per "
-        "token), or another group key; short forms metric-token, dp-document, ldp-token. Default: every currency "
-        "without a budget of its own, each capped separately (the behaviour before currencies)."),
+        "token), group/token (CusText, CusText+: ε and ε₀ per token between words of the same group), or another "
+        "group key; short forms metric-token, dp-document, ldp-token, custext. Default: every currency "
+        "without a budget of its own, each capped separately (the behaviour before currencies), except group/token, "
+        "which only a budget naming it covers."),
     epsilon0: Optional[float] = typer.Option(None, "--epsilon0", help="Metric currencies: the largest composed "
                                              "additive ε₀ per token (SanText+'s ln(1/p) + sampler cost). "
                                              "Default: the --epsilon number."),
@@ -469,7 +472,7 @@ def _budget_text(b: dict, currency: bool = True) -> str:
     cur = b.get("currency")
     if b.get("epsilon0") is not None:
         text += f", ε₀ = {b['epsilon0']:g}"
-    elif cur is None or str(cur).startswith("metric/"):
+    elif cur is None or str(cur).startswith(("metric/", "group/")):
         text += " (ε₀ capped by ε too)" if not currency else ""
     if currency:
         text += f" in {cur}" if cur else " in every currency without its own budget"
