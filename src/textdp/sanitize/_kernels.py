@@ -215,9 +215,10 @@ if AVAILABLE:
             return small if y < _T52 else big
 
     @njit(nogil=True, fastmath=_FM, cache=True)
-    def _tile_weights(gt, w, j0, width, self_cols, tot):
-        """Weights ``exp(-sqrt(max(g, 0)))`` of one GEMM tile (columns ``j0 .. j0+width`` of the
-        block) into ``w``, row sums accumulated in ``tot``; the row's own column gets g = 0."""
+    def _tile_weights(gt, w, j0, width, self_cols, tot, cap2):
+        """Weights ``exp(-sqrt(min(max(g, 0), cap2)))`` of one GEMM tile (columns ``j0 .. j0+width`` of
+        the block) into ``w``, row sums accumulated in ``tot``; the row's own column gets g = 0. ``cap2``:
+        the clip of the scaled squared distance (``inf``: none; TEM's truncation, :mod:`textdp.sanitize.tem`)."""
         r = gt.shape[0]
         for i in range(r):
             c = self_cols[i] - j0
@@ -227,13 +228,13 @@ if AVAILABLE:
             wi = w[i]
             acc = 0.0
             for j in range(width):
-                x = _exp(-np.sqrt(max(gi[j], 0.0)))
+                x = _exp(-np.sqrt(min(max(gi[j], 0.0), cap2)))
                 wi[j0 + j] = x
                 acc += x
             tot[i] += acc
 
     @njit(nogil=True, fastmath=_FM, cache=True)
-    def _far_row(xa_row, tiles, v, self_col, w_row, gt_row):
+    def _far_row(xa_row, tiles, v, self_col, w_row, gt_row, cap2):
         """Slow path of a row whose weights all lie below e^-FAR: recompute its distances and
         use ``exp(min_s - s_j)`` (the row's largest weight is then 1). Returns the row sum."""
         nt, _, t = tiles.shape
@@ -242,7 +243,7 @@ if AVAILABLE:
             width = min(t, v - k * t)
             np.dot(xa_row, tiles[k], gt_row)
             for j in range(width):
-                s = np.sqrt(max(gt_row[0, j], 0.0))
+                s = np.sqrt(min(max(gt_row[0, j], 0.0), cap2))
                 if k * t + j == self_col:
                     s = 0.0
                 w_row[k * t + j] = s
@@ -284,7 +285,7 @@ if AVAILABLE:
         return base
 
     @njit(nogil=True, cache=True)
-    def fused_block(xa, tiles, v, self_cols, eta, gt, w, tot, scale, csum):
+    def fused_block(xa, tiles, v, self_cols, eta, gt, w, tot, scale, csum, cap2):
         """One block of the fused sampler: for every tile of ``TILE`` output columns, the distance
         GEMM ``xa . tiles[t]`` (BLAS) into the cache-resident ``gt`` and the weights of that tile at once;
         then the exact integer chunk sums. Shapes: ``xa`` float64 ``(n, m+2)`` (augmented centred
@@ -292,6 +293,7 @@ if AVAILABLE:
         ``self_cols`` int64 ``(n,)`` (the row's own column or -1), buffers ``gt`` ``(>=n, TILE)``
         (C-contiguous, exactly TILE columns),
         ``w`` ``(>=n, >=V)``, ``tot``/``scale`` ``(>=n,)``, ``csum`` int64 ``(n, ceil(V/CHUNK))``.
+        ``cap2``: clip of the scaled squared distances (``inf``: none; TEM).
         Returns ``base`` (the uniform share's integer weight ``eta 2^62 / V``)."""
         n = xa.shape[0]
         nt, _, t = tiles.shape
@@ -301,10 +303,10 @@ if AVAILABLE:
         for k in range(nt):
             width = min(t, v - k * t)
             np.dot(xa, tiles[k], g)
-            _tile_weights(g, w, k * t, width, self_cols, tot)
+            _tile_weights(g, w, k * t, width, self_cols, tot, cap2)
         for i in range(n):
             if tot[i] < _TINY:
-                tot[i] = _far_row(xa[i:i + 1], tiles, v, self_cols[i], w[i], gt[:1])
+                tot[i] = _far_row(xa[i:i + 1], tiles, v, self_cols[i], w[i], gt[:1], cap2)
         return _chunk_sums(w, v, tot, eta, scale, csum)
 
     @njit(nogil=True, cache=True)

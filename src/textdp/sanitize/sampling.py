@@ -223,12 +223,21 @@ class DistanceKernel:
     small -- see :func:`sampling_epsilon0`). The augmented scaled outputs
     ``(eps/2)^2 [-2y, 1, |y|^2]`` are stored in column tiles, ``tiles``: float64
     ``(ceil(V / T), m + 2, T)`` with ``T = min(tile, V)`` (default :data:`TILE`), zero-padded
-    (memory ``8 (m + 2) V`` bytes, rounded up to a tile).
+    (memory ``8 (m + 2) V`` bytes, rounded up to a tile). ``cap``: clip of the scaled distance
+    ``s = (eps/2) d`` (default ``inf``: none): every distance computed here, by :meth:`scaled_sq` and by
+    the fused kernel, is ``min(s, cap)`` (TEM's truncated exponential mechanism,
+    :mod:`textdp.sanitize.tem`; clipping is 1-Lipschitz, so the error bound of
+    :func:`sampling_epsilon0` on ``s`` holds for the clipped value too).
     """
 
     def __init__(self, y: np.ndarray, epsilon: float, center: np.ndarray, chunk_rows: int = 65536,
-                 tile: int = TILE):
+                 tile: int = TILE, cap: float = math.inf):
         v, m = y.shape
+        cap = float(cap)
+        if not cap >= 0:
+            raise ParameterError(f"the distance cap must be >= 0, got {cap!r}")
+        #: clip of the scaled squared distances: ``g = min(g, cap^2)`` (``inf``: none)
+        self.cap2 = cap * cap
         c2 = (0.5 * float(epsilon)) ** 2
         self.center = np.asarray(center, dtype=np.float64)
         t = max(1, min(int(tile), v))
@@ -276,6 +285,8 @@ class DistanceKernel:
             z = min(t, self.v - a)
             np.matmul(xa, self.tiles[k], out=tmp)
             g[:, a : a + z] = tmp[:, :z]
+        if self.cap2 != math.inf:
+            np.minimum(g, self.cap2, out=g)
         return g
 
 
@@ -304,7 +315,7 @@ def _fused_law(kernel: DistanceKernel, x: np.ndarray, self_cols, eta: float, ws:
     if sc.shape != (n,) or (sc >= kernel.v).any():
         raise ParameterError("self_cols must give one column (or -1) per row")
     base = k.fused_block(kernel.augment(x), kernel.tiles, kernel.v, sc, float(eta), ws.gt, ws.w, ws.tot,
-                         ws.scale, ws.csum[:n])
+                         ws.scale, ws.csum[:n], kernel.cap2)
     return ws, base
 
 
