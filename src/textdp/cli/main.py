@@ -23,6 +23,7 @@ from textdp import __version__
 _COMMAND_MODULES = {
     "sanitize": "textdp.cli.sanitize",
     "mechanisms": "textdp.cli.mechanisms",
+    "compare": "textdp.cli.compare",
     "audit": "textdp.cli.audit",
     "evaluate": "textdp.cli.evaluate",
     "datasets": "textdp.cli.datasets",
