@@ -167,6 +167,12 @@ def sanitize_command(
             raise ParameterError(f"--workers N > 1 applies to {takers} ({mech_name} samples in one thread)")
         if device != "cpu" and workers > 1:
             raise ParameterError(f"--workers N > 1 applies to the CPU sampler; --device {device} samples on the device")
+    if cls.document_level and embeddings != "glove-6b-50d" and not quiet:  # one note; the model is -P model=
+        from textdp.cli._common import err_console
+
+        err_console.print(f"[yellow]note:[/] --embeddings does not apply to {mech_name} (a document-level "
+                          "mechanism over a language model: pass the model with -P model=PATH)", highlight=False,
+                          soft_wrap=True)
     kwargs = dict(output_vocabulary=output_vocabulary, oov=oov, rng=seed, block_bytes=None if block_mb is None else int(block_mb * 2**20),
                   device=device, workers=workers)
     if mech_name == "santext+":
@@ -282,7 +288,8 @@ def sanitize_command(
                                 "others; use the public vocabulary")
     summary = {
         "input": input, "output": str(out), "card": str(card_file), "mechanism": mech.name,
-        "guarantee": mech.guarantee.describe(), "worst_case_epsilon_per_token": mech.guarantee.worst_case_epsilon,
+        "guarantee": mech.guarantee.describe(),
+        "worst_case_epsilon_per_token": getattr(mech.guarantee, "worst_case_epsilon", None),
         "output_vocabulary": mech.output_vocabulary_info(),
         "private": {  # exact statistics of the private input: for the curator, not in the card
             "note": "exact statistics of the private input: not in the card; do not publish",
@@ -297,6 +304,8 @@ def sanitize_command(
         "seeded": seed is not None,
         "warnings": warnings,
     }
+    if getattr(mech, "document_level", False):
+        summary["document_level"] = True
     if not quiet:  # every card warning (the corpus-vocabulary statement included), then the private ones
         from textdp.cli._common import err_console
 
@@ -489,6 +498,18 @@ def _card(mech, out, privacy_statistics, build_card, other_columns=()) -> dict:
     (issue 12: no count, size, length, hash or name of the private input; those are printed
     to the curator's terminal, marked private, and the ledger keeps the input's hash)."""
     g = mech.guarantee
+    if getattr(mech, "document_level", False):  # a language model instead of an embedding table
+        return build_card(
+            mechanism=mech.name, parameters=mech.parameters(), guarantee=g, units=mech.card_units(),
+            data={"model": mech.model_info(), "output_vocabulary": mech.output_vocabulary_info(),
+                  "not_in_this_card": "no statistic of the private input (counts, lengths, vocabulary, input file "
+                                      "name or hash): those are the curator's (terminal, budget ledger); 'output' "
+                                      "is the released file's own name"},
+            randomness=mech.seed_info, statistics=mech.card_statistics(), output=Path(out).name,
+            warnings=card_warnings(mech) + ([
+                f"the other columns of the table ({', '.join(other_columns)}) are released unchanged: they are "
+                "outside the guarantee (remove them before sanitizing if they are private)"] if other_columns else []),
+            paper=mech.paper)
     statistics = privacy_statistics(mech)
     return build_card(
         mechanism=mech.name,
@@ -525,18 +546,27 @@ def _print_summary(s: dict, seed) -> None:
     t.add_column(overflow="fold")  # long paths wrap instead of being cut with "…": the curator copies them
     t.add_row("mechanism", esc(f"{s['mechanism']}: {s['guarantee']}"))
     wc = s["worst_case_epsilon_per_token"]
-    t.add_row("worst case", "unbounded (see the warnings)" if wc is None or math.isinf(wc) else
-              f"{wc:.4g} plain DP per token (largest log-ratio over all accepted inputs)")
+    if s.get("document_level"):
+        t.add_row("worst case", "the guarantee above (document-level: see the card's units)")
+    else:
+        t.add_row("worst case", "unbounded (see the warnings)" if wc is None or math.isinf(wc) else
+                  f"{wc:.4g} plain DP per token (largest log-ratio over all accepted inputs)")
     v = s["output_vocabulary"]
     if v["kind"] == "corpus":
         vtext = "corpus (which words occur in the input is NOT protected)"
+    elif v["kind"] == "model":
+        vtext = f"{v.get('name', 'model')} ({v.get('size', 0):,} tokens; {v.get('banned_tokens', 0):,} special tokens banned)"
     else:
         vtext = f"{v.get('name', v['kind'])} ({v.get('size', 0):,} words)"
     t.add_row("output vocab", esc(vtext))
     p = s["private"]
-    t.add_row("private", f"{p['documents']:,} documents, {p['tokens']:,} tokens ({p['share_changed']:.1%} changed; "
-                         f"{p['oov_tokens']:,} without embedding, policy '{p['oov_policy']}'): curator only, "
-                         "not in the card")
+    if s.get("document_level"):
+        t.add_row("private", f"{p['documents']:,} documents, {p['tokens']:,} input words: curator only, not in the "
+                             "card")
+    else:
+        t.add_row("private", f"{p['documents']:,} documents, {p['tokens']:,} tokens ({p['share_changed']:.1%} changed; "
+                             f"{p['oov_tokens']:,} without embedding, policy '{p['oov_policy']}'): curator only, "
+                             "not in the card")
     tps = f"{p['tokens_per_second']:,} tokens/s" if p["tokens_per_second"] else ""
     t.add_row("time", f"{p['seconds_total']:.2f} s total, {p['seconds_sanitizing']:.2f} s sanitizing ({tps}; "
                       "private too)")
