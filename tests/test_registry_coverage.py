@@ -30,10 +30,7 @@ TESTS = Path(__file__).resolve().parent
 KINDS = ("DISTRIBUTION_TESTED", "AUDITED")
 
 # name -> reason (owner). Remove an entry as soon as both declarations exist.
-PENDING: dict[str, str] = {
-    "fbdd": "sanitize: its noise laws are DISTRIBUTION_TESTED in tests/sanitize/test_distributions.py; its "
-            "Clopper-Pearson ratio audit comes with the other perturbation mechanisms (issue 15)",
-}
+PENDING: dict[str, str] = {}
 
 
 def _module_name(path: Path) -> str:

