@@ -40,6 +40,8 @@ def compare_command(
                                  "fit the plug-in attacker on TRAIN, score it on TEST fresh draws."),
     max_evaluations: int = typer.Option(10, "--max-evaluations", help="Privacy evaluations per mechanism and "
                                         "target in the ε search (bisection over log ε)."),
+    tolerance: float = typer.Option(0.01, "--tolerance", help="The search stops at an ε whose metric is within "
+                                    "this much below the target."),
     model: str = typer.Option("tfidf", "--model", help="Utility model: tfidf (fast) | minilm | a local model folder."),
     embeddings: str = typer.Option("glove-6b-50d", "--embeddings", help="glove-6b-50d, minilm, a GloVe/word2vec "
                                    "text file or a local Hugging Face model folder."),
@@ -74,7 +76,8 @@ def compare_command(
             raise ParameterError(f"{opt} is empty; give a column name of the TRAIN,TEST files")
     cfg = CompareConfig(dataset=dataset, mechanisms=_split(mechanisms, "--mechanisms") if mechanisms else None,
                         metric=metric, targets=tg, epsilons=eps, limit=limit, privacy_docs=privacy_docs,
-                        mc_train=int(mc[0]), mc_test=int(mc[1]), max_evaluations=max_evaluations, model=model,
+                        mc_train=int(mc[0]), mc_test=int(mc[1]), max_evaluations=max_evaluations, tolerance=tolerance,
+                        model=model,
                         embeddings=embeddings, output_vocabulary=output_vocabulary, seed=seed,
                         text_column=text_column, label_column=label_column)
     cfg.validate()  # every option checked before any data is loaded or folder created
