@@ -112,48 +112,28 @@ def sqnorms(y):
 
 
 @njit(cache=True, nogil=True)
-def nearest_among(x, y, cand):
-    """Index into ``cand`` of the row of ``y`` nearest to the vector ``x`` (exact sequential float64
-    squared distance; ties to the smaller row of ``y``)."""
-    best = np.inf
-    bi = -1
-    for t in range(cand.shape[0]):
-        c = cand[t]
-        s = 0.0
-        for q in range(y.shape[1]):
-            d = x[q] - y[c, q]
-            s += d * d
-        if s < best or (s == best and c < cand[bi]):
-            best = s
-            bi = t
-    return bi
-
-
-@njit(cache=True, nogil=True)
-def smallest_k(g, first, k, cand, thr):
-    """Per row ``r`` of ``g`` (float32 ``(b, N)``): the columns of its ``k`` smallest values, column
-    ``first + r`` (the row itself) excluded, into ``cand[r]``, and the ``(k+1)``-th smallest value into
-    ``thr[r]`` (every column not in ``cand[r]`` has ``g >= thr[r]``; ``inf`` when there is none)."""
+def nearest_in_block(g, slack, x, y, out):
+    """For each row ``r`` of the float32 GEMM estimates ``g`` (``(b, N)``, squared distance minus
+    ``||x_r||^2``): among the columns within ``2 slack[r]`` of the row's smallest estimate (a set
+    that holds the true nearest), the nearest row of ``y`` to ``x[r]`` by exact sequential float64
+    squared distance, ties to the smaller column, into ``out[r]``."""
     b, n = g.shape
-    vals = np.empty(k + 1, dtype=np.float32)
-    idx = np.empty(k + 1, dtype=np.int64)
+    m = y.shape[1]
     for r in range(b):
-        cnt = 0
+        gmin = np.inf
         for c in range(n):
-            if c == first + r:
-                continue
-            v = g[r, c]
-            if cnt == k + 1 and v >= vals[k]:
-                continue
-            s = cnt - 1 if cnt < k + 1 else k - 1
-            if cnt < k + 1:
-                cnt += 1
-            while s >= 0 and vals[s] > v:
-                vals[s + 1] = vals[s]
-                idx[s + 1] = idx[s]
-                s -= 1
-            vals[s + 1] = v
-            idx[s + 1] = c
-        for t in range(k):
-            cand[r, t] = idx[t]
-        thr[r] = vals[k] if cnt == k + 1 else np.inf
+            if g[r, c] < gmin:
+                gmin = g[r, c]
+        thr = gmin + 2.0 * slack[r]
+        best = np.inf
+        bc = -1
+        for c in range(n):
+            if g[r, c] <= thr:
+                s = 0.0
+                for q in range(m):
+                    d = x[r, q] - y[c, q]
+                    s += d * d
+                if s < best:
+                    best = s
+                    bc = c
+        out[r] = bc

@@ -439,19 +439,17 @@ def nearest_columns(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     y = np.ascontiguousarray(y, dtype=np.float64)
     y32 = y.astype(np.float32)
     sqy = (y * y).sum(axis=1)
+    sqy32 = sqy.astype(np.float32)
     sqx = (x * x).sum(axis=1)
     out = np.empty(len(x), dtype=np.int64)
     b = max(1, min(len(x), (64 << 20) // (4 * max(1, len(y)))))
     for s in range(0, len(x), b):
         e = min(len(x), s + b)
-        g = (x[s:e].astype(np.float32) @ y32.T)
+        g = x[s:e].astype(np.float32) @ y32.T
         g *= -2.0
-        g += sqy.astype(np.float32)[None, :]
+        g += sqy32[None, :]
         slack = (m + 8) * 2.0**-22 * 2.0 * (sqx[s:e] + sqy.max())
-        gmin = g.min(axis=1).astype(np.float64)
-        for r in range(e - s):
-            c = np.flatnonzero(g[r] <= gmin[r] + 2.0 * slack[r])
-            out[s + r] = c[kern.nearest_among(x[s + r], y, c)]
+        kern.nearest_in_block(g, slack, x[s:e], y, out[s:e])
     return out
 
 
