@@ -131,6 +131,23 @@ def build_groups(vectors: np.ndarray, k: int) -> np.ndarray:
     return group
 
 
+def _nltk_stop_words() -> frozenset:
+    """NLTK's English stop words, vendored in :mod:`textdp.attacks.inversion.stopwords`; loaded from
+    that file alone, since importing the ``textdp.attacks.inversion`` package imports torch (seconds)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    name = "textdp.attacks.inversion.stopwords"
+    mod = sys.modules.get(name)
+    if mod is None:
+        path = Path(__file__).resolve().parent.parent / "attacks" / "inversion" / "stopwords.py"
+        spec = importlib.util.spec_from_file_location("_textdp_nltk_stopwords", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    return mod.NLTK_ENGLISH_STOPWORDS
+
+
 def _scores(x: np.ndarray, y: np.ndarray, epsilon: float) -> np.ndarray:
     """Log-weights ``eps u(x, y) / 2`` of the exponential mechanism, float64 ``(b, m)``, for inputs
     ``x`` ``(b, dim)`` and each input's output set ``y`` ``(b, m, dim)``; ``u`` in ``[-1, 0]``."""
@@ -447,9 +464,7 @@ class CusTextPlus(CusText):
             return self._stop_list
         if self.stop_words == "none":
             return frozenset()
-        from textdp.attacks.inversion.stopwords import NLTK_ENGLISH_STOPWORDS
-
-        return NLTK_ENGLISH_STOPWORDS
+        return _nltk_stop_words()
 
     def _stop_rows(self) -> np.ndarray:
         words = sorted(self._stop_set())
