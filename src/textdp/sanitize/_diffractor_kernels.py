@@ -137,3 +137,33 @@ def nearest_in_block(g, slack, x, y, out):
                     best = s
                     bc = c
         out[r] = bc
+
+
+@njit(cache=True, nogil=True)
+def smallest_k(g, first, k, cand, thr):
+    """Per row ``r`` of ``g`` (float32 ``(b, N)``): the columns of its ``k`` smallest values, column
+    ``first + r`` (the row itself) excluded, into ``cand[r]``, and the ``(k+1)``-th smallest value into
+    ``thr[r]`` (every column not in ``cand[r]`` has ``g >= thr[r]``; ``inf`` when there is none)."""
+    b, n = g.shape
+    vals = np.empty(k + 1, dtype=np.float32)
+    idx = np.empty(k + 1, dtype=np.int64)
+    for r in range(b):
+        cnt = 0
+        for c in range(n):
+            if c == first + r:
+                continue
+            v = g[r, c]
+            if cnt == k + 1 and v >= vals[k]:
+                continue
+            s = cnt - 1 if cnt < k + 1 else k - 1
+            if cnt < k + 1:
+                cnt += 1
+            while s >= 0 and vals[s] > v:
+                vals[s + 1] = vals[s]
+                idx[s + 1] = idx[s]
+                s -= 1
+            vals[s + 1] = v
+            idx[s + 1] = c
+        for t in range(k):
+            cand[r, t] = idx[t]
+        thr[r] = vals[k] if cnt == k + 1 else np.inf
