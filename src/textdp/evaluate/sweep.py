@@ -65,8 +65,15 @@ def cell_keys(cfg: "SweepConfig") -> list[str]:
 
 
 def mechanism_key(name) -> str:
-    """A mechanism name as the sweep spells it (``SanTextPlus`` -> ``santext+``); not checked."""
-    return str(name).strip().lower().replace("plus", "+").replace("_", "")
+    """A mechanism name as the sweep spells it (``SanTextPlus`` -> ``santext+``, ``dp_mlm`` -> ``dp-mlm``:
+    :func:`textdp.sanitize.canonical_name`); an unknown name comes back lower-cased (not checked here)."""
+    from textdp.errors import ParameterError
+    from textdp.sanitize import canonical_name
+
+    try:
+        return canonical_name(name)
+    except ParameterError:
+        return str(name).strip().lower()
 
 
 @dataclass
