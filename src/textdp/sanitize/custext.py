@@ -419,6 +419,13 @@ class CusText(TokenSanitizer):
             units["epsilon0"] = "additive per-token term: " + self.epsilon0_meaning()
         return units
 
+    def card_per_document(self) -> dict:
+        """The card's per-document composition rule (no statistic of the data; a metric rule does not apply)."""
+        return {"rule": "documents of equal length L whose tokens differ position-wise only within their groups: "
+                        "L * (eps + epsilon0)-DP; a token replaced by a word of another group: not protected",
+                "epsilon_per_token_within_group": self.epsilon + self.sampling_epsilon0,
+                "group_size": self.k}
+
     def card_warnings(self) -> list[str]:
         return [f"{self.name} protects a token only against the other words of its group (k = {self.k} words of "
                 "the output vocabulary): the group of every sanitized word, hence of its input, is released "

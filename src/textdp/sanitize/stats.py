@@ -83,7 +83,10 @@ def privacy_statistics(mech, mean_document_tokens: float | None = None, max_docu
       vocabulary words, for the mean and longest document.
     """
     mech._prepare()
+    own_rule = getattr(mech, "card_per_document", None)  # a guarantee that is not metric DP states its own rule
     if getattr(mech, "corpus_dependent", False):
+        if callable(own_rule):
+            return {"per_document": own_rule()}
         eps0 = float(getattr(mech.guarantee, "epsilon0", 0.0))
         return {"per_document": {
             "rule": "documents of equal length L: eps * sum_i d(x_i, x'_i)" + (" + L * eps0" if eps0 else ""),
@@ -96,6 +99,8 @@ def privacy_statistics(mech, mean_document_tokens: float | None = None, max_docu
         cached = _word_statistics(mech, n_words, k, n_examples)
         _store_statistics(mech, n_words, k, n_examples, cached)
     pd_summary, diameter, table_d, typical = cached
+    if callable(own_rule):
+        return {"plausible_deniability": pd_summary, "per_document": own_rule()}
     g = mech.guarantee
     eps = mech.epsilon
     eps0 = float(getattr(g, "epsilon0", 0.0))
