@@ -1,0 +1,244 @@
+"""TruncatedGumbel (Carvalho et al. 2021, BRR; law as in mldp-text 0.1.2): the audit of the paper's eps·d
+claim (written before any claim: the class claims only what passes here), the exact law of k, the
+truncated Gumbel noise against its CDF, the output against mldp-text's algorithm re-stated in numpy,
+the scale formula against mldp-text's, and parameters. Significance level 1e-3 per test (Bonferroni
+over the pairs and outputs of an audit), fixed seeds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import lambertw
+
+from textdp.errors import ParameterError
+from textdp.noise import DEFAULT_ETA
+from textdp.sanitize import make_mechanism
+from textdp.sanitize.gumbel import TruncatedGumbel, _top_k, _top_k_numpy, mldp_scale
+
+DISTRIBUTION_TESTED = ("truncated-gumbel",)
+AUDITED = ("truncated-gumbel",)
+
+ALPHA = 1e-3
+N_AUDIT = 100_000
+
+
+def _pairwise(v):
+    v = np.asarray(v, dtype=np.float64)
+    return np.sqrt(((v[:, None, :] - v[None, :, :]) ** 2).sum(-1))
+
+
+def _mech(emb, eps, **kw):
+    kw.setdefault("output_vocabulary", "full")
+    return TruncatedGumbel(emb, epsilon=eps, rng=11, **kw)
+
+
+def _counts(m, n_words, n):
+    draws = m.output_positions(m.sample_rows(np.repeat(np.arange(n_words), n))).reshape(n_words, n)
+    return np.stack([np.bincount(draws[i], minlength=n_words) for i in range(n_words)])
+
+
+def _cp_log_ratio_lower(counts, n, alpha):
+    """Clopper-Pearson: a lower bound, at level alpha per bound, of ln p(y|x) - ln p(y|x') for every
+    (x, x', y), from counts[x, y] of n draws each."""
+    lo = np.nan_to_num(stats.beta.ppf(alpha, counts, n - counts + 1))
+    hi = np.where(counts == n, 1.0, stats.beta.ppf(1 - alpha, counts + 1, n - counts))
+    with np.errstate(divide="ignore"):
+        return np.log(lo)[:, None, :] - np.log(hi)[None, :, :]
+
+
+# ------------------------------------------------------------------------------------------ the audit
+def test_audit_refutes_the_papers_metric_claim(small_emb):
+    """The paper claims eps·d metric DP. At eps = 1 (where its scale formula gives a valid b > 0) the
+    Clopper-Pearson lower bound of the log-ratio exceeds eps·d on the closest pairs and on random pairs:
+    the claim is false, so the class must not make it."""
+    eps = 1.0
+    m = _mech(small_emb, eps)
+    m._prepare()
+    assert not m.scale_flipped and m.b > 0  # the paper's formula itself, not textdp's |b| fallback
+    v = len(small_emb)
+    counts = _counts(m, v, N_AUDIT)
+    lr = _cp_log_ratio_lower(counts, N_AUDIT, ALPHA / v**3)  # Bonferroni over (x, x', y)
+    d = _pairwise(small_emb.vectors)
+    excess = lr.max(axis=2) - eps * d
+    dd = d + np.eye(v) * 1e9
+    closest = [(i, int(np.argmin(dd[i]))) for i in range(v)]
+    g = np.random.Generator(np.random.PCG64(2))  # which pairs, not DP noise
+    random_pairs = [tuple(int(a) for a in g.choice(v, 2, replace=False)) for _ in range(20)]
+    worst_closest = max(excess[a, b] for a, b in closest)
+    worst_random = max(excess[a, b] for a, b in random_pairs)
+    assert worst_closest > 1.0, worst_closest  # measured: 5.57 (pair w9-w7: bound 8.50 against eps·d = 2.93)
+    assert worst_random > 1.0, worst_random  # measured: 5.42 (pair w2-w10: 8.45 against 3.03)
+    # hence no metric claim: guarantee.epsilon is infinite
+    assert math.isinf(m.guarantee.epsilon) and "fails the audit" in m.guarantee.describe()
+
+
+def test_the_farthest_word_is_never_a_candidate(small_emb):
+    """Why: the output is one of the k <= n-1 nearest words, so the word x ranks last is reached only
+    through the uniform share (probability eta/n): without it (the paper's law) the ratio is infinite
+    for every eps."""
+    m = _mech(small_emb, 1.0)
+    v = len(small_emb)
+    d = _pairwise(small_emb.vectors)
+    x = 0
+    far = int(np.argmax(d[x]))
+    near_far = int(np.argmin(d[far] + np.eye(v)[far] * 1e9))
+    counts = _counts(m, v, N_AUDIT)
+    assert counts[x, far] <= 2  # expected eta/n * N = 0.008
+    lo = stats.beta.ppf(ALPHA, counts[near_far, far], N_AUDIT - counts[near_far, far] + 1)
+    assert lo > 0
+    # p(far | x) is exactly eta/n (the uniform share alone): the log-ratio is at least ln(lo n / eta),
+    # far above eps·d(x, near_far) even with the share; without it (the paper's law) it is infinite
+    assert math.log(lo * v / DEFAULT_ETA) > 1.0 * d[x, near_far] + 1.0
+
+
+def test_claimed_worst_case_is_not_refuted_and_is_infinite_where_inputs_leave_the_vocabulary(small_emb):
+    m = _mech(small_emb, 3.0)
+    v = len(small_emb)
+    w = m.guarantee.worst_case_epsilon
+    assert w == pytest.approx(math.log((1 - DEFAULT_ETA + DEFAULT_ETA / v) * v / DEFAULT_ETA), rel=1e-12)
+    lr = _cp_log_ratio_lower(_counts(m, v, 20_000), 20_000, ALPHA / v**3)
+    assert lr.max() <= w
+    assert math.isinf(_mech(small_emb, 3.0, output_vocabulary=[f"w{i}" for i in range(6)]).guarantee.worst_case_epsilon)
+    assert math.isinf(_mech(small_emb, 3.0, oov="keep").guarantee.worst_case_epsilon)
+    assert any("fails textdp's audit" in s for s in m.card_warnings())
+
+
+# ------------------------------------------------------------------------------------------ the law
+def test_k_law_is_the_truncated_poisson(make_emb):
+    emb = make_emb(v=30, m=4, seed=6)
+    m = _mech(emb, 3.0)
+    p = m.k_probabilities()
+    lam = math.log(29)
+    ref = stats.poisson.pmf(np.arange(30), lam)
+    ref /= ref.sum()  # conditioned on k <= n - 1 = 29
+    assert np.abs(p - ref[: len(p)]).max() < 1e-15 and ref[len(p):].sum() < 1e-16
+    k = m.sample_k(200_000, rng=4)
+    obs = np.bincount(k, minlength=len(p))
+    keep = p * 200_000 >= 5
+    e = np.concatenate([p[keep], [p[~keep].sum()]]) * 200_000
+    o = np.concatenate([obs[keep], [obs[~keep].sum()]])
+    assert stats.chisquare(o, e).pvalue > ALPHA
+
+
+def test_noise_is_the_truncated_gumbel(small_emb):
+    m = _mech(small_emb, 1.0)
+    z = m.noise(100_000, rng=5)
+    b, hi = m.b, m.d_max
+    assert np.abs(z).max() <= hi
+
+    def cdf(x):
+        f = stats.gumbel_r.cdf
+        return (f(x, scale=b) - f(-hi, scale=b)) / (f(hi, scale=b) - f(-hi, scale=b))
+
+    assert stats.kstest(z, cdf).pvalue > ALPHA
+
+
+def _mldp_reference(emb_vectors, x, eps, n, rng, b, d_max):
+    """mldp-text 0.1.2 TruncatedGumbel.replace_word with use_faiss=False, re-stated (numpy Generator
+    instead of its global state): k from utils.truncated_Poisson (rejection on k <= n-1), the k
+    nearest by euclidean_dt + argsort, utils.truncated_Gumbel (rejection on |G| <= max_inter_dist),
+    the argmin; k = 0 returns the word."""
+    vec = np.asarray(emb_vectors, dtype=np.float64)
+    dist = np.sqrt(((vec - vec[x]) ** 2).sum(axis=1))
+    idx_all = np.lexsort((np.arange(len(vec)), dist))
+    out = np.empty(n, dtype=np.int64)
+    lam = math.log(len(vec) - 1)
+    for t in range(n):
+        k = len(vec)
+        while k > len(vec) - 1:
+            k = rng.poisson(lam)
+        if k == 0:
+            out[t] = x
+            continue
+        idx = idx_all[:k]
+        noise = []
+        while len(noise) < k:
+            g = rng.gumbel(0.0, b)
+            if abs(g) <= d_max:
+                noise.append(g)
+        out[t] = idx[int(np.argmin(dist[idx] + np.array(noise)))]
+    return out
+
+
+def test_output_agrees_with_mldp_texts_algorithm(small_emb):
+    """Two-sample chi-square (homogeneity) between textdp's keyed draws and mldp-text's algorithm
+    re-stated with its own rejection samplers, per word (the uniform share eta = 2^-20 is far below
+    what 20,000 draws resolve)."""
+    eps = 1.0
+    m = _mech(small_emb, eps)
+    m._prepare()
+    v = len(small_emb)
+    rng = np.random.Generator(np.random.PCG64(9))  # the reference algorithm's own randomness
+    n = 20_000
+    ours = m.output_positions(m.sample_rows(np.repeat(np.arange(v), n))).reshape(v, n)
+    for x in (0, 3, 7):
+        ref = _mldp_reference(small_emb.vectors, x, eps, n, rng, m.b, m.d_max)
+        a, c = np.bincount(ours[x], minlength=v), np.bincount(ref, minlength=v)
+        keep = (a + c) > 0
+        p = stats.chi2_contingency(np.stack([a[keep], c[keep]]))[1]
+        assert p > ALPHA / 3, (x, a, c)
+
+
+def test_scale_matches_mldp_texts_formula(small_emb):
+    """mldp_text/mechanisms.py TruncatedGumbel.__init__: a = (eps - 2(1 + ln n)/d_min)/3; b = 2 d_max /
+    Re W(2 a d_max) if a d_min <= 0 else 2 d_max / min(Re W(2 a d_max), ln(a d_min))."""
+    m = _mech(small_emb, 1.0)
+    m._prepare()
+    n, lo, hi = len(small_emb), m.d_min, m.d_max
+    for eps in (0.3, 1.0, 3.0, 10.0, 40.0):
+        a = (eps - 2 * (1 + np.log(n)) / lo) / 3
+        if a * lo <= 0:
+            b = 2 * hi / lambertw(2 * a * hi).real
+        else:
+            b = 2 * hi / np.min(np.array([lambertw(2 * a * hi).real, np.log(a * lo)]))
+        assert mldp_scale(eps, n, lo, hi) == pytest.approx(float(b), rel=1e-12)
+    # reference distances: the smallest and largest non-zero distance from the first output word
+    d0 = _pairwise(small_emb.vectors)[0]
+    assert (lo, hi) == (d0[d0 > 0].min(), d0.max())
+    flipped = _mech(small_emb, 3.0)
+    flipped._prepare()  # eps = 3 on this table: the formula is negative; |b| is used and the card says so
+    assert flipped.scale_flipped and flipped.b == pytest.approx(-mldp_scale(3.0, n, lo, hi))
+    assert any("negative" in s for s in flipped.card_warnings())
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_top_k_kernel_orders_by_distance_then_column(seed):
+    g0 = np.random.Generator(np.random.PCG64(seed))  # test data
+    g = np.round(g0.random((50, 300)) * 20) / 20  # many ties
+    for k in (1, 5, 37, 300):
+        np.testing.assert_array_equal(_top_k(g, k, np.empty((50, k), dtype=np.int64)), _top_k_numpy(g, k))
+
+
+def test_draws_do_not_depend_on_blocks_or_chunks(make_emb):
+    emb = make_emb(v=300, m=4, seed=1)
+    m = _mech(emb, 2.0)
+    rows = np.tile(np.arange(300), 3)
+    a = m.sample_rows(rows, rng=3)
+    import textdp.sanitize.gumbel as gm
+
+    old = gm._BLOCK
+    gm._BLOCK = 7
+    try:
+        b = m.sample_rows(rows, rng=3)
+    finally:
+        gm._BLOCK = old
+    np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------------------------------ parameters
+@pytest.mark.parametrize("kw", [{"scale": 0.0}, {"scale": -1.0}, {"scale": float("inf")}, {"min_distance": 0.0},
+                                {"max_distance": float("nan")}, {"min_distance": 2.0, "max_distance": 1.0}])
+def test_bad_parameters_get_one_line(small_emb, kw):
+    with pytest.raises(ParameterError) as e:
+        make_mechanism("truncated-gumbel", small_emb, 1.0, **kw)
+    assert "\n" not in str(e.value)
+
+
+def test_scale_parameter_is_used(small_emb):
+    m = _mech(small_emb, 1.0, scale=0.5, max_distance=2.0)
+    m._prepare()
+    assert m.b == 0.5 and m.d_max == 2.0 and m.parameters()["scale"] == 0.5
+    assert np.abs(m.noise(1000, rng=1)).max() <= 2.0
