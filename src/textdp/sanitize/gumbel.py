@@ -328,6 +328,12 @@ class TruncatedGumbel(TokenSanitizer):
         units["per_document"] = "tokens are sanitized independently; L times worst_case_epsilon per document"
         return units
 
+    def card_per_document(self) -> dict:
+        """The card's per-document rule: no metric rule applies (the audit refutes it); plain DP composes."""
+        return {"rule": "no eps*d metric rule (the paper's claim fails textdp's audit); documents of L tokens "
+                        "differing anywhere: L * worst_case_epsilon (plain DP, composed over tokens)",
+                "worst_case_epsilon_per_token": self.worst_case_epsilon()}
+
     def card_warnings(self) -> list[str]:
         self._prepare()
         w = ["truncated-gumbel: the paper's eps*d metric-DP claim fails textdp's audit (log-ratios far above eps*d "
