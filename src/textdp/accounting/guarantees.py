@@ -209,8 +209,7 @@ class GroupDP(Guarantee):
     def describe(self) -> str:
         extra = f" + {self.epsilon0:.2g}" if self.epsilon0 else ""
         unprot = f"; {self.unprotected} released unchanged" if self.unprotected else ""
-        return (f"{self.epsilon:g}{extra}-DP per {self.unit} between words of the same group only "
-                f"({self.partition}; different groups are told apart with certainty{unprot})")
+        return f"{self.epsilon:g}{extra}-DP per {self.unit} within a group only ({self.partition}{unprot})"
 
 
 @dataclass(frozen=True)

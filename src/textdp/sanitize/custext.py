@@ -361,11 +361,10 @@ class CusText(TokenSanitizer):
 
     # ------------------------------------------------------------------ guarantee and card
     def _partition_name(self) -> str:
-        vocab = self.output_vocabulary
+        vocab = f"{self.output_vocabulary} vocabulary"
         if self._vocab_info is not None:
-            vocab = f"{self._vocab_info.name}, sha256 {self._vocab_info.sha256[:12]}" if getattr(
-                self._vocab_info, "sha256", None) else self._vocab_info.name
-        return f"groups of k={self.k} output words ({vocab}; {self.embeddings.source}, Euclidean)"
+            vocab = f"{self._vocab_info.name} sha256 {self._vocab_info.sha256[:12]}"
+        return f"groups of k={self.k} of {vocab}, {self.embeddings.source}"
 
     def _unprotected(self) -> str:
         return ""
@@ -390,7 +389,7 @@ class CusText(TokenSanitizer):
     @property
     def guarantee(self) -> GroupDP:
         if self.output_vocabulary == "corpus" and not self._prepared:
-            partition = f"groups of k={self.k} words of the corpus vocabulary ({self.embeddings.source}, Euclidean)"
+            partition = f"groups of k={self.k} of the corpus vocabulary, {self.embeddings.source}"
         else:
             self._prepare()
             partition = self._partition_name()
