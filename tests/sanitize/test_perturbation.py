@@ -140,6 +140,29 @@ def test_vickrey_coin_follows_the_paper_probability(t):
     assert stats.chi2(10).sf((((obs - exp) ** 2) / var).sum()) > ALPHA
 
 
+@pytest.mark.parametrize("tile", [1, 3, 8, 2048])
+def test_nearest_search_top_two_with_exact_ties(monkeypatch, tile):
+    """The tiled float32 search returns the nearest and second nearest columns, ties to the lowest column,
+    for any tile width: small-integer embeddings (every score exact in float32, many exact ties) against
+    a stable sort of the exact squared distances."""
+    import textdp.sanitize.perturbation as pert
+
+    monkeypatch.setattr(pert, "SEARCH_TILE", tile)
+    g = np.random.Generator(np.random.PCG64(3))  # test data
+    vec = g.integers(-2, 3, (40, 3)).astype(np.float32)  # duplicates and equidistant words
+    emb = Embeddings([f"w{i}" for i in range(40)], vec, source="ints", kind="word", lowercase=True)
+    mech = FBDD(emb, 1.0, output_vocabulary="full")
+    mech._prepare()
+    q = g.integers(-3, 4, (600, 3)).astype(np.float64)
+    first, second = mech._nearest(q[:256], 2)
+    d2 = ((q[:256, None, :] - vec[None].astype(np.float64)) ** 2).sum(-1)
+    order = np.argsort(d2, axis=1, kind="stable")
+    np.testing.assert_array_equal(first, order[:, 0])
+    np.testing.assert_array_equal(second, order[:, 1])
+    np.testing.assert_array_equal(mech._nearest(q[:256], 1)[0], order[:, 0])
+    assert (d2[np.arange(256), order[:, 0]] == d2[np.arange(256), order[:, 1]]).any()  # ties occurred
+
+
 def test_bernoulli_per_token_is_keyed_bernoulli_token_by_token():
     key = ReleaseKey.from_seed(7)
     n = 400

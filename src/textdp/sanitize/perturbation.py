@@ -161,21 +161,24 @@ class EmbeddingPerturbation(TokenSanitizer):
             np.matmul(qa, tile, out=g)
             a = g.argmax(axis=1)
             v = g[r, a]
+            if k == 2:  # only rows whose tile best beats their second best can change their top two
+                c = np.flatnonzero(v > second)
+                if len(c):
+                    ac, vc, bc, bic = a[c], v[c], best[c], bi[c]
+                    if tile.shape[1] > 1:
+                        sub = g[c]
+                        sub[np.arange(len(c)), ac] = -np.inf
+                        a2 = sub.argmax(axis=1)
+                        v2 = sub[np.arange(len(c)), a2]
+                    else:
+                        a2, v2 = np.zeros(len(c), dtype=np.int64), np.full(len(c), -np.inf, dtype=np.float32)
+                    upc = vc > bc  # strict: an earlier (lower) column keeps a tie
+                    # a new first (the tile's best): the second is the larger of the old first and the tile's
+                    # second (ties to the old, a lower column); else the tile's best becomes the second
+                    tile2 = upc & (v2 > bc)
+                    second[c] = np.where(upc, np.where(tile2, v2, bc), vc)
+                    si[c] = np.where(upc, np.where(tile2, a2 + s0, bic), ac + s0)
             up = v > best  # strict: an earlier (lower) column keeps a tie
-            if k == 1:
-                best[up], bi[up] = v[up], a[up] + s0
-                continue
-            g[r, a] = -np.inf
-            a2 = g.argmax(axis=1) if tile.shape[1] > 1 else np.zeros(SEARCH_ROWS, dtype=np.int64)
-            v2 = g[r, a2] if tile.shape[1] > 1 else np.full(SEARCH_ROWS, -np.inf, dtype=np.float32)
-            # the new first is the tile's best: second = max(old first, tile's second), ties to the old
-            sec_from_old = up & ~(v2 > best)
-            sec_from_tile = up & (v2 > best)
-            # else the old first stays: the tile's best may become the second
-            sec_from_v = ~up & (v > second)
-            second[sec_from_tile], si[sec_from_tile] = v2[sec_from_tile], a2[sec_from_tile] + s0
-            second[sec_from_old], si[sec_from_old] = best[sec_from_old], bi[sec_from_old]
-            second[sec_from_v], si[sec_from_v] = v[sec_from_v], a[sec_from_v] + s0
             best[up], bi[up] = v[up], a[up] + s0
         return bi[:n], si[:n]
 
@@ -265,9 +268,15 @@ class Mahalanobis(EmbeddingPerturbation):
     Guarantee (the paper's Theorem 1): ``eps·d_RM(x,x') + epsilon0`` metric LDP per token, ``d_RM(x,x') =
     ||phi(x) - phi(x')||_RM``; ``epsilon0`` the accounted float clipping with a uniform share ``eta``
     (:class:`EmbeddingPerturbation`). ``lam = 0`` is CMP (FBDD) exactly: the same draws for the same
-    key. ``lam`` in [0, 1], default 0.2 (mldp-text's default; the paper reports lambda in {0.25, 0.5,
-    0.75}... as tuning values); at ``lam = 1`` with a singular ``Sigma`` the metric is infinite off its
-    range (the noise never leaves it).
+    key. ``lam`` in [0, 1], default 0.2 (mldp-text 0.1.2's default, ``mechanisms.py`` line 329; the paper
+    treats lambda as a tuning parameter); at ``lam = 1`` with a singular ``Sigma`` the metric is infinite
+    off its range (the noise never leaves it).
+
+    Differences from the peers (tests/sanitize/test_perturbation.py): pypantera 1.0.2 builds the same
+    ``Sigma_lambda^{1/2}`` but renormalises ``Sigma^{1/2} u`` to unit length (``mahalanobis.py`` line 85),
+    so its ``||z||`` is Gamma(m, 1/eps) and its density is not ``∝ exp(-eps ||z||_RM)``; mldp-text draws the
+    paper's law but scales ``Sigma`` by the variance of all entries with divisor ``n - 1``
+    (``mechanisms.py`` line 343), a constant factor away from ours.
     """
 
     name = "mahalanobis"
@@ -342,6 +351,13 @@ class Vickrey(Mahalanobis):
     word against ``p``'s binary expansion, further words on a tie); ``p`` itself is computed in float64
     from float64 distances of the two float32-selected candidates (relative error ~1e-16; the
     selection is float32: a near-tie for second place may pick the third nearest word).
+
+    Differences from the peers (tests/sanitize/test_perturbation.py): pypantera 1.0.2 (``vickrey.py``
+    lines 95-99) applies the same rule to ``np.argpartition(d, 2)[:, :2]``, whose order numpy does not
+    document (numpy 2.x returns it sorted, so its law agrees on the same noisy points); mldp-text 0.1.2
+    (``mechanisms.py`` lines 247-255) skips the nearest word when it is the input word itself (the
+    selection then depends on ``x``, not only on the noisy point: not post-processing) and picks among
+    the two with ``softmax(-t·d)``, ``t`` a vector (default ``[1, 0]``): not the paper's rule.
     """
 
     name = "vickrey"
