@@ -107,6 +107,13 @@ class EmbeddingPerturbation(TokenSanitizer):
     def _metric_name(self) -> str:
         return f"euclidean ({self.embeddings.source})"
 
+    def metric_distance(self, a, b) -> np.ndarray:
+        """The guarantee's ``d`` between embedding rows ``a`` and ``b`` (broadcast int arrays), float64:
+        here the Euclidean distance."""
+        v = self.embeddings.vectors
+        d = np.asarray(v[np.asarray(a)], dtype=np.float64) - np.asarray(v[np.asarray(b)], dtype=np.float64)
+        return np.sqrt((d * d).sum(-1))
+
     def _metric_diameter(self) -> float:
         """An upper bound of the metric's diameter over the whole embedding table (every word with an
         embedding is an accepted input): ``2R`` for the Euclidean distance."""
@@ -385,6 +392,12 @@ class Vickrey(Mahalanobis):
 
     def _metric_name(self) -> str:
         return super()._metric_name() if self.noise_law == "mahalanobis" else EmbeddingPerturbation._metric_name(self)
+
+    def metric_distance(self, a, b) -> np.ndarray:
+        """``d_RM`` (Mahalanobis noise) or the Euclidean distance (CMP noise) between embedding rows."""
+        if self.noise_law == "mahalanobis":
+            return super().metric_distance(a, b)
+        return EmbeddingPerturbation.metric_distance(self, a, b)
 
     def _metric_diameter(self) -> float:
         if self.noise_law == "mahalanobis":
