@@ -34,8 +34,8 @@ _LISTS_VERSION = "greedy-chain-v1"
 
 
 class Diffractor(TokenSanitizer):
-    """1-Diffractor (Meisenbacher et al. 2024, arXiv 2405.01678, Sec. 3; the "geometric" method of the
-    reference code) over the output vocabulary ``V_out`` (``N`` words).
+    """1-Diffractor (Meisenbacher et al. 2024, arXiv 2405.01678, the method section; the law is that of
+    the "geometric" method of the reference code, sjmeis/Diffractor ``src/diffractor/core.py``) over the output vocabulary ``V_out`` (``N`` words).
 
     **Lists.** ``K = n_lists`` orderings of ``V_out`` (each a permutation), built once from the public
     embedding table, deterministically: list ``k`` is the greedy nearest-neighbour chain (the
@@ -50,8 +50,9 @@ class Diffractor(TokenSanitizer):
     **Law.** For input ``x``: pick list ``k`` uniformly (an exact keyed uniform); let ``i`` be
     ``x``'s index in list ``k``; output the word at index ``j = clamp(i + Z, 0, N - 1)``,
     ``Z`` two-sided geometric ``P(Z = z) = (1 - a)/(1 + a) a^|z|``, ``a = exp(-eps)`` (sensitivity
-    1, the reference code's default; diffprivlib's ``GeometricTruncated`` in its first version,
-    ``Geometric(p = 1 - e^-eps)`` differences in the current one, both clamped). So
+    1, the reference code's default; its current ``apply_privacy_mechanism`` draws the difference of
+    two ``Geometric(p = 1 - e^-eps)`` and clips the index to the list; its first version,
+    ``Diffractor.py``, used diffprivlib's ``GeometricTruncated`` bounded to the list). So
     ``P_k(j | i) = (1 - a)/(1 + a) a^|j - i|`` inside the list and ``a^i/(1 + a)``,
     ``a^(N-1-i)/(1 + a)`` at its two ends. Float safety: the law is sampled exactly from integer
     weights ``floor(S·P_k(j|i)) + u`` (``S = 2^60``, ``u = floor(eta·S/N)``: a uniform share
@@ -91,7 +92,8 @@ class Diffractor(TokenSanitizer):
     """
 
     name = "1-diffractor"
-    paper = "Meisenbacher et al., ACM WPES 2024 (arXiv 2405.01678), Sec. 3 (1-Diffractor, geometric method)"
+    paper = ("Meisenbacher et al., ACM WPES 2024 (arXiv 2405.01678), 1-Diffractor, geometric method "
+             "(law as in the reference code sjmeis/Diffractor)")
     supports_workers = False
 
     def __init__(self, embeddings="glove-6b-50d", epsilon: float = 1.0, *, n_lists: int = 3, **kwargs):
