@@ -303,3 +303,27 @@ def test_extreme_epsilons_give_a_valid_law(eps):
     if eps > 100:
         assert (draws == m.input_rows(WORDS * 50)).mean() > 0.99
     assert m.guarantee.worst_case_epsilon >= 0
+
+
+def test_lists_are_cached_by_the_table_and_a_bad_cache_is_rebuilt(tmp_path, monkeypatch):
+    import textdp.sanitize.diffractor as dmod
+
+    monkeypatch.setenv("TEXTDP_CACHE", str(tmp_path))
+    emb = _emb(n=2100, dim=5, seed=21)  # tables of at least 2048 output words are cached
+    first = make_mechanism("1-diffractor", emb, 1.0, output_vocabulary="full", n_lists=2).lists
+    files = list((tmp_path / "diffractor").glob("lists-*.npy"))
+    assert len(files) == 1
+
+    def no_build(*a, **k):
+        raise AssertionError("rebuilt although cached")
+
+    monkeypatch.setattr(dmod, "build_lists", no_build)
+    assert make_mechanism("1-diffractor", emb, 3.0, output_vocabulary="full", n_lists=2).lists == first
+    monkeypatch.undo()
+    monkeypatch.setenv("TEXTDP_CACHE", str(tmp_path))
+    files[0].write_bytes(b"not an array")  # a damaged cache only costs the rebuild
+    assert make_mechanism("1-diffractor", emb, 1.0, output_vocabulary="full", n_lists=2).lists == first
+    moved = Embeddings(emb.words, emb.vectors * 2, source="test-table", kind="word", lowercase=True)
+    other = make_mechanism("1-diffractor", moved, 1.0, output_vocabulary="full", n_lists=2)
+    other.lists  # another table (here: the vectors scaled) has its own cache entry
+    assert len(list((tmp_path / "diffractor").glob("lists-*.npy"))) == 2

@@ -88,7 +88,10 @@ class Diffractor(TokenSanitizer):
 
     Parameters: ``n_lists`` (``K``, integer >= 1, default 3), plus the common ones of
     :class:`TokenSanitizer`. Cost: building the lists once per table (about ``N^2 m`` flops of
-    float32 GEMM plus the chain; cached), then O(log N) integer work per token.
+    float32 GEMM plus the chain, about 12 s of CPU for the 30,000-word default vocabulary of GloVe
+    6B 50d; quadratic in ``N``, so the full 400k-word table takes on the order of 180 times that;
+    cached), then O(log N) integer work per token, plus one nearest-word search per distinct input
+    word outside the output vocabulary.
     """
 
     name = "1-diffractor"
