@@ -3,6 +3,11 @@ Metric Differential Privacy on Text.* SIAM SDM 2023, pp. 883-890; arXiv 2107.079
 privacy theorem): an exponential mechanism over a *clipped* embedding distance, sampled exactly by the
 fused integer-weighted kernel of :class:`textdp.sanitize.base.TokenSanitizer` with the distance clip
 built into the kernel (:class:`textdp.sanitize.sampling.DistanceKernel`, ``cap``).
+
+Source of the algorithm: the paper's Algorithm 1 as restated by issue 15 and as implemented by both
+peers (pypantera 1.0.2 ``SamplingPerturbationMechanism/tem.py``; mldp-text 0.1.2 ``mechanisms.py`` TEM),
+which agree on it except for the ⊥ score (see tests/sanitize/test_tem.py); the paper's full text was not
+available when this was written, so its algorithm and theorem numbering are not checked.
 """
 
 from __future__ import annotations
