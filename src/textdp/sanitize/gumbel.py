@@ -29,7 +29,8 @@ try:  # numba is a core dependency (textdp.noise.keyed); the numpy fallback belo
 except ImportError:  # pragma: no cover
     _NUMBA = False
 
-#: distinct input words per block of the nearest-word search (B x V float64: 30 MB for 30,000 words)
+#: distinct input words per block of the nearest-word search, at most (B x V float64: 30 MB for 30,000 words;
+#: fewer for larger vocabularies, within ``block_bytes``)
 _BLOCK = 128
 
 
@@ -114,7 +115,7 @@ class TruncatedGumbel(TokenSanitizer):
     so; ``scale`` sets ``b`` directly.
 
     **Float safety and randomness.** ``k`` is drawn exactly: integer weights ``rint(2^62 pmf_k)`` of the
-    truncated Poisson (outcomes whose weight rounds to 0 -- beyond k ~ 60 for n = 30,000 -- never occur)
+    truncated Poisson (outcomes whose weight rounds to 0 -- k > 50 for n = 30,000 -- never occur)
     and one keyed uniform integer. Noise ``G_i`` for the ``i``-th nearest word comes from word ``i`` of
     the token's keyed stream: a 52-bit uniform ``(j + 1/2) 2^-52`` mapped by the inverse CDF of the
     truncated Gumbel (no rejection loop; the result is clipped into ``[-d_max, d_max]`` against rounding).
@@ -132,8 +133,8 @@ class TruncatedGumbel(TokenSanitizer):
     share, ``eta/n``). At eps = 10 sampling alone cannot resolve the violation (bounds about 3 against
     eps·d >= 10.8) but the argument holds. So ``guarantee.epsilon`` is infinite (no metric claim) and what is claimed is
     the plain-DP worst case per token that the uniform share proves: every output word has probability
-    in ``[eta/n, 1 - eta + eta/n]`` from every input, hence ``ln((1 - eta + eta/n) n / eta)`` (24.2 for
-    the 30,000-word vocabulary) -- but only when every accepted input is an output word
+    in ``[eta/n, 1 - eta + eta/n]`` from every input, hence ``ln((1 - eta + eta/n) n / eta)`` (26.8 for
+    GloVe 6B's full 400,000-word table) -- but only when every accepted input is an output word
     (``output_vocabulary="full"``): otherwise step 2 releases an input that is not an output word and is
     produced by no other input, and the worst case is infinite. ``oov`` other than ``uniform``: infinite.
 
@@ -279,8 +280,9 @@ class TruncatedGumbel(TokenSanitizer):
         noisy argmin for every occurrence with ``k > 0`` (written into ``out``)."""
         out_rows = self.output_rows
         n_out = len(out_rows)
-        for s in range(0, len(uniq), _BLOCK):
-            e = min(len(uniq), s + _BLOCK)
+        blk = max(1, min(_BLOCK, self._block_bytes() // (8 * n_out)))  # B x V float64 within block_bytes
+        for s in range(0, len(uniq), blk):
+            e = min(len(uniq), s + blk)
             occ = order[bounds[s]:bounds[e]]
             occ = occ[k[occ] > 0]
             if len(occ):
