@@ -163,6 +163,17 @@ def test_nearest_search_top_two_with_exact_ties(monkeypatch, tile):
     assert (d2[np.arange(256), order[:, 0]] == d2[np.arange(256), order[:, 1]]).any()  # ties occurred
 
 
+def test_vickrey_probability_edge_cases():
+    emb = _table()
+    assert Vickrey(emb, 1.0, t=1.0).first_probability(0.0, 0.7) == 1.0  # q exactly on w1: 0/0, w1
+    assert Vickrey(emb, 1.0, t=1.0).first_probability(0.2, 0.7) == 0.0
+    assert Vickrey(emb, 1.0, t=0.0).first_probability(0.2, 0.7) == 1.0
+    assert Vickrey(emb, 1.0, t=0.0).first_probability(0.0, 0.0) == 1.0  # two words at the same point
+    assert Vickrey(emb, 1.0, t=0.5).first_probability(1.0, 3.0) == pytest.approx(0.75)
+    one = Embeddings(["only"], np.zeros((1, 3), dtype=np.float32), source="one", kind="word", lowercase=True)
+    assert Vickrey(one, 1.0, output_vocabulary="full", rng=0).sanitize(["only only"]) == ["only only"]
+
+
 def test_bernoulli_per_token_is_keyed_bernoulli_token_by_token():
     key = ReleaseKey.from_seed(7)
     n = 400

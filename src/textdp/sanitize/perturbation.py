@@ -56,6 +56,7 @@ class EmbeddingPerturbation(TokenSanitizer):
     a fixed shape, ties to the lowest column; near-ties (relative ~1e-6) may resolve unlike an exact
     float64 search. Blocks of 256 tokens run on ``workers`` threads (BLAS single-threaded in each);
     every token's noise comes from its own keyed stream, so the output does not depend on ``workers``.
+    The tiles have a fixed size (2 MiB of scores per thread): ``block_bytes`` is not used.
     """
 
     supports_workers = True
