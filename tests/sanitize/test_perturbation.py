@@ -56,7 +56,7 @@ def test_mahalanobis_noise_law(lam):
     eps, m = 1.7, 5
     mech = Mahalanobis(emb, epsilon=eps, lam=lam, output_vocabulary="full", rng=2)
     sig = regularized_covariance(emb.vectors, lam)
-    # Sigma_lambda as Xu et al. 2020 Def. 2: lam Sigma/mean(diag Sigma) + (1 - lam) I, Sigma with divisor n
+    # Sigma_lambda (Xu et al. 2020): lam Sigma/mean(diag Sigma) + (1 - lam) I, Sigma with divisor n
     x = emb.vectors.astype(np.float64)
     cov = np.cov(x, rowvar=False, ddof=0)
     np.testing.assert_allclose(sig, lam * cov / np.mean(np.diag(cov)) + (1 - lam) * np.eye(m), rtol=1e-10, atol=1e-12)
@@ -98,7 +98,7 @@ def _direct(emb, q):
 @pytest.mark.parametrize("noise", ["cmp", "mahalanobis"])
 def test_vickrey_threshold_one_outputs_the_second_nearest_word(noise):
     """t = 1: p = 0, the output is always w2, the second nearest word of the noisy point (Xu et al. 2021,
-    Sec. 3); t = 0: always w1 (above). Checked against a direct float64 search of the same noise."""
+    the rule of pypantera's vickrey.py line 98); t = 0: always w1 (above). Checked against a direct float64 search of the same noise."""
     emb = _table(v=30, m=4)
     mech = Vickrey(emb, 2.0, t=1.0, noise=noise, output_vocabulary="full")
     g = np.random.Generator(np.random.PCG64(9))
@@ -193,8 +193,8 @@ def test_bernoulli_per_token_is_keyed_bernoulli_token_by_token():
 # ------------------------------------------------------------------------------------------ output law
 def _reference_draws(emb, name, eps, n_per_word, rng, lam=0.2, t=0.5, noise="cmp"):
     """The papers' laws, written directly (float64, numpy Generator; test data): Mahalanobis noise
-    z = Sigma_lambda^{1/2} r u (Xu et al. 2020 Alg. 1), nearest word; Vickrey's coin on the two
-    nearest words (Xu et al. 2021 Alg. 1)."""
+    z = Sigma_lambda^{1/2} r u (Xu et al. 2020), nearest word; Vickrey's coin on the two nearest
+    words (Xu et al. 2021)."""
     x = emb.vectors.astype(np.float64)
     v, m = x.shape
     rows = np.repeat(np.arange(v), n_per_word)
@@ -392,7 +392,7 @@ def test_pypantera_mahalanobis_sigma_agrees_and_its_noise_renormalises(pypantera
     """pypantera 1.0.2 mahalanobis.py lines 63-65 build Sigma_lambda^{1/2} exactly as we do (cov with
     divisor n over mean variance); its pullNoise (lines 79-91) renormalises Sigma^{1/2} u to unit length
     (line 85), so its ||z|| ~ Gamma(m, 1/eps) and ||z||_RM is not: a different law from the paper's
-    Alg. 1 (density ∝ exp(-eps ||z||_RM)), which textdp follows (test_mahalanobis_noise_law)."""
+    law (density ∝ exp(-eps ||z||_RM)), which textdp follows (test_mahalanobis_noise_law)."""
     from src.EmbeddingPerturbationMechanism.mahalanobis import Mahalanobis as PeerMahalanobis
 
     emb, path = pypantera

@@ -4,9 +4,13 @@ one of the two nearest words) of the output vocabulary, as post-processing of th
 * FBDD / MadLib = CMP (Feyisetan, Balle, Drake, Diethe. *Privacy- and Utility-Preserving Textual
   Analysis via Calibrated Multivariate Perturbations.* WSDM 2020, Sec. 3, Alg. 1).
 * Mahalanobis (Xu, Aggarwal, Feyisetan, Teissier. *A Differentially Private Text Perturbation Method
-  Using a Regularized Mahalanobis Metric.* PrivateNLP @ EMNLP 2020, Sec. 3, Alg. 1).
+  Using a Regularized Mahalanobis Metric.* PrivateNLP @ EMNLP 2020).
 * Vickrey (Xu, Aggarwal, Feyisetan, Teissier. *On a Utilitarian Approach to Privacy Preserving Text
-  Generation.* PrivateNLP @ NAACL 2021, Sec. 3, Alg. 1), on CMP or Mahalanobis noise.
+  Generation.* PrivateNLP @ NAACL 2021), on CMP or Mahalanobis noise.
+
+The two Xu et al. papers were not available offline when this was written: their laws are taken from
+their abstracts and the two reference implementations (pypantera 1.0.2, mldp-text 0.1.2; file and
+line cited in each class), and their section, equation and theorem numbers are not cited.
 
 All three share :class:`EmbeddingPerturbation`: the keyed noise of each token
 (:func:`textdp.noise.keyed.keyed_laplace_vectors`, on the token's own stream), the nearest-word search
@@ -252,7 +256,7 @@ def _check_lam(lam) -> float:
 
 
 def regularized_covariance(vectors: np.ndarray, lam: float) -> np.ndarray:
-    """``Sigma_lambda = lam·Sigma + (1 - lam)·I`` (Xu et al. 2020, Sec. 3, Def. 2), float64 ``(m, m)``, with
+    """``Sigma_lambda = lam·Sigma + (1 - lam)·I`` (Xu et al. 2020), float64 ``(m, m)``, with
     ``Sigma`` the covariance (divisor ``n``) of ``vectors`` (``(n, m)``) divided by the mean of its
     diagonal (so ``trace Sigma = m``, the scale of ``I``; the normalisation of pypantera's
     ``mahalanobis.py`` lines 63-64)."""
@@ -265,15 +269,16 @@ def regularized_covariance(vectors: np.ndarray, lam: float) -> np.ndarray:
 
 
 class Mahalanobis(EmbeddingPerturbation):
-    """Mahalanobis mechanism (Xu et al. 2020, Sec. 3, Alg. 1): ``y = argmin_v ||phi(v) - (phi(x) + z)||``
+    """Mahalanobis mechanism (Xu et al. 2020): ``y = argmin_v ||phi(v) - (phi(x) + z)||``
     with elliptical noise ``z = Sigma_lambda^{1/2} · r · u``: ``u`` a uniform direction, ``r ~ Gamma(m,
     1/eps)``, ``Sigma_lambda = lam·Sigma + (1 - lam)·I`` and ``Sigma`` the covariance of the output
     vocabulary's embeddings scaled to mean variance 1 (:func:`regularized_covariance`; public data
     under the default public output vocabulary). The density of ``z`` is ``∝ exp(-eps ||z||_RM)``,
-    ``||z||_RM = sqrt(z^T Sigma_lambda^{-1} z)`` (the paper's regularized Mahalanobis norm, Def. 2;
-    change of variables from the multivariate Laplace ``r·u``).
+    ``||z||_RM = sqrt(z^T Sigma_lambda^{-1} z)`` (the paper's regularized Mahalanobis norm; change of
+    variables from the multivariate Laplace ``r·u``).
 
-    Guarantee (the paper's Theorem 1): ``eps·d_RM(x,x') + epsilon0`` metric LDP per token, ``d_RM(x,x') =
+    Guarantee (the paper's; it also follows from the density by the triangle inequality of
+    ``||.||_RM``): ``eps·d_RM(x,x') + epsilon0`` metric LDP per token, ``d_RM(x,x') =
     ||phi(x) - phi(x')||_RM``; ``epsilon0`` the accounted float clipping with a uniform share ``eta``
     (:class:`EmbeddingPerturbation`). ``lam = 0`` is CMP (FBDD) exactly: the same draws for the same
     key. ``lam`` in [0, 1], default 0.2 (mldp-text 0.1.2's default, ``mechanisms.py`` line 329; the paper
@@ -288,7 +293,7 @@ class Mahalanobis(EmbeddingPerturbation):
     """
 
     name = "mahalanobis"
-    paper = "Xu et al., PrivateNLP 2020, Sec. 3, Alg. 1 (regularized Mahalanobis metric)"
+    paper = "Xu et al., PrivateNLP 2020 (regularized Mahalanobis metric)"
 
     def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, lam: float = 0.2, **kwargs):
         self.lam = _check_lam(lam)
@@ -300,6 +305,7 @@ class Mahalanobis(EmbeddingPerturbation):
         w, u = np.linalg.eigh(sig)
         w = np.clip(w, 0.0, None)
         self._sigma_lambda = sig
+        self._eig = (w, u)
         self._sqrt_sigma = (u * np.sqrt(w)) @ u.T
         self._min_eigenvalue = float(w.min())
 
@@ -311,8 +317,11 @@ class Mahalanobis(EmbeddingPerturbation):
         self._prepare()
         v = self.embeddings.vectors
         d = np.asarray(v[np.asarray(a)], dtype=np.float64) - np.asarray(v[np.asarray(b)], dtype=np.float64)
-        sol = np.linalg.solve(self._sigma_lambda, d.reshape(-1, d.shape[-1]).T).T.reshape(d.shape)
-        return np.sqrt(np.maximum((d * sol).sum(-1), 0.0))
+        w, u = self._eig
+        c2 = (d @ u) ** 2  # coordinates in Sigma_lambda's eigenbasis; off its range (w = 0) the metric is infinite
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(w > 0, c2 / np.where(w > 0, w, 1.0), np.where(c2 > 0, np.inf, 0.0))
+        return np.sqrt(terms.sum(-1))
 
     def _metric_name(self) -> str:
         return (f"regularized mahalanobis (lambda={self.lam:g}; Sigma: covariance of the output vocabulary's "
@@ -342,7 +351,8 @@ VICKREY_NOISES = ("cmp", "mahalanobis")
 
 
 class Vickrey(Mahalanobis):
-    """Vickrey mechanism (Xu et al. 2021, Sec. 3, Alg. 1): the noisy point ``q = phi(x) + z`` of CMP
+    """Vickrey mechanism (Xu et al. 2021; the rule as in pypantera's ``vickrey.py`` line 98): the noisy
+    point ``q = phi(x) + z`` of CMP
     (``noise="cmp"``, default) or Mahalanobis (``noise="mahalanobis"``, ``lam``) noise, then its two
     nearest output words ``w1`` (distance ``d1``) and ``w2`` (``d2 >= d1``); output ``w1`` with
     probability ``p = (1 - t)·d2 / (t·d1 + (1 - t)·d2)``, else ``w2`` (``p = 1`` when the denominator
@@ -350,7 +360,7 @@ class Vickrey(Mahalanobis):
 
     ``t`` in [0, 1] (default 0.5: ``p = d2 / (d1 + d2)``): ``t = 0`` always outputs ``w1`` (the plain
     CMP/Mahalanobis mechanism, the same draws for the same key); ``t = 1`` always outputs ``w2`` (the
-    second nearest word of the noisy point); the paper tunes ``t`` per task (Sec. 4).
+    second nearest word of the noisy point); the paper tunes ``t`` per task.
 
     Guarantee: that of the noise, ``eps·d(x,x') + epsilon0`` metric LDP per token with ``d`` Euclidean
     (CMP) or ``d_RM`` (Mahalanobis): the top-2 selection and the coin are post-processing of the noisy
@@ -369,7 +379,7 @@ class Vickrey(Mahalanobis):
     """
 
     name = "vickrey"
-    paper = "Xu et al., PrivateNLP 2021, Sec. 3, Alg. 1 (Vickrey mechanism)"
+    paper = "Xu et al., PrivateNLP 2021 (Vickrey mechanism)"
     _neighbours = 2
 
     def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, t: float = 0.5, noise: str = "cmp",
