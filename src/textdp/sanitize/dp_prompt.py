@@ -32,8 +32,8 @@ document.
 
 Model: any local causal LM folder or GGUF file (``model=``), by default the offline Gemma 3 270M
 (:func:`textdp.models.pretrained.load_causal_lm`; ``$TEXTDP_CAUSAL_LM`` overrides the default).
-Utility needs a small T, i.e. a large epsilon per document: with the defaults (``b_l=-10``,
-``b_u=10``, ``N=64``) ``T = 1`` means epsilon = 2560 per document.
+Utility needs a small T, i.e. a large epsilon per document: with the defaults (``b_l=-14``,
+``b_u=22``, ``N=64``) ``T = 1`` means epsilon = 64 x 72 = 4608 per document.
 """
 
 from __future__ import annotations
@@ -58,8 +58,10 @@ class DPPrompt(DocumentSanitizer):
     model: a local causal-LM folder, a ``.gguf`` file, or None (the offline Gemma 3 270M; the
         environment variable ``TEXTDP_CAUSAL_LM`` names another default).
     epsilon: per-document epsilon (sets ``T = max_new_tokens · 2(b_u − b_l)/epsilon``).
-    b_l, b_u: logit clipping bounds, ``b_l < b_u`` (defaults -10, 10: textdp's choice, not
-        calibrated on Gemma's logits).
+    b_l, b_u: logit clipping bounds, ``b_l < b_u``. Defaults -14, 22: measured with Gemma 3 270M
+        on the paraphrase prompts of 6 BBC News test documents (public; last 40 positions each,
+        256k logits per position): 1 % quantile of the logits -13.7, median of each position's
+        largest logit 21.9 (5 %: 16.2, 95 %: 29.7).
     temperature: T > 0, instead of ``epsilon`` (both: they must agree).
     max_new_tokens: N >= 1, the most tokens generated (the per-document epsilon scales with it).
     max_input_tokens: the document is cut to its first so many model tokens (a function of the
@@ -75,7 +77,7 @@ class DPPrompt(DocumentSanitizer):
              "Findings of EMNLP 2023, Sec. 3")
 
     def __init__(self, embeddings=None, epsilon: float | None = None, *, model: str | None = None,
-                 b_l: float = -10.0, b_u: float = 10.0, temperature: float | None = None, max_new_tokens: int = 64,
+                 b_l: float = -14.0, b_u: float = 22.0, temperature: float | None = None, max_new_tokens: int = 64,
                  max_input_tokens: int = 512, prompt: str = PROMPT, output_vocabulary="public", oov: str = "uniform",
                  unk_token: str = "[UNK]", rng=None, block_bytes: int | None = None, workers: int | None = None,
                  eta: float = DEFAULT_ETA, device: str = "cpu"):
@@ -208,6 +210,8 @@ class DPPrompt(DocumentSanitizer):
                     res = lm(input_ids=torch.tensor([[y]], dtype=torch.long, device=dev), use_cache=True,
                              logits_to_keep=1, **{kw: past})
         text_out = self.lm.tokenizer.decode(out, skip_special_tokens=True).strip()
+        #: model tokens generated so far by this object (the curator's statistic, for speed figures)
+        self.generated_tokens = getattr(self, "generated_tokens", 0) + len(out)
         return text_out, 0, 0
 
     def sanitize_with_stats(self, texts, progress=None, first_record=None):
