@@ -567,9 +567,11 @@ def _run(cfg: CompareConfig, scfg, train, test, out: Path, say, t0: float) -> Co
                 say(f"{name}: utility at ε={epsilon_text(res.epsilon)} (target {target:g})")
                 r.update(_utility_fields(cell(name, res.epsilon)["row"]))
             else:
-                best = min(known, key=lambda e: known[e].value)
-                r.update(privacy=known[best].value, privacy_method=known[best].method,
-                         note=f"not met: even ε={epsilon_text(best)} gives {known[best].value:.3f}")
+                least = min(known)  # the smallest ε tried (the search went down to it)
+                q = known[least]
+                r.update(privacy=q.value, privacy_ci_low=q.ci_low, privacy_ci_high=q.ci_high,
+                         privacy_method=q.method, privacy_n=q.n,
+                         note=f"not met: even ε={epsilon_text(least)} gives {q.value:.3f}")
             rows.append(r)
         for eps in cfg.epsilons:
             pt = known[eps]
