@@ -186,8 +186,7 @@ class DPMLM(DocumentSanitizer):
         from textdp.accounting.guarantees import LocalDP
 
         return LocalDP(epsilon=self.epsilon_token + self.sampling_epsilon0, unit="token",
-                       neighbours="per position for any two contexts; two documents of the same length L: L times "
-                                  "it; different lengths: not protected")
+                       neighbours="per position; documents of equal length L: L times it")
 
     def parameters(self) -> dict:
         p = {"epsilon": self.epsilon, "eta": self.eta, "b_l": self.b_l, "b_u": self.b_u,

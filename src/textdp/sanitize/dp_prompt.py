@@ -225,7 +225,7 @@ class DPPrompt(DocumentSanitizer):
         from textdp.accounting.guarantees import LocalDP
 
         return LocalDP(epsilon=self.max_new_tokens * (self.epsilon_token + self.sampling_epsilon0), unit="document",
-                       neighbours="any two documents (local DP)")
+                       neighbours="any two documents")
 
     def parameters(self) -> dict:
         p = {"epsilon": self.epsilon, "eta": self.eta, "b_l": self.b_l, "b_u": self.b_u,
