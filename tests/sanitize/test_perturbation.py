@@ -325,7 +325,9 @@ def test_mahalanobis_metric_and_worst_case():
     assert g.epsilon0 == pytest.approx(math.log((1 + a) / (1 - a)))
     assert math.isfinite(g.worst_case_epsilon) and g.worst_case_epsilon >= FBDD(emb, 2.0).guarantee.worst_case_epsilon
     assert math.isinf(Mahalanobis(emb, 2.0, oov="keep").guarantee.worst_case_epsilon)
-    assert "d_RM" in mech.card_units()["epsilon"]
+    units = mech.card_units()
+    assert all("d_RM" in units[k] for k in ("epsilon", "per_document", "epsilon0"))
+    assert "eps*d(x" not in str(units)
     v = Vickrey(emb, 2.0, noise="mahalanobis", lam=0.4, output_vocabulary="full")
     assert v.guarantee.metric == g.metric and v.guarantee.epsilon0 == g.epsilon0
     assert Vickrey(emb, 2.0).guarantee.metric.startswith("euclidean")

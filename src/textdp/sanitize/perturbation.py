@@ -343,6 +343,8 @@ class Mahalanobis(EmbeddingPerturbation):
                             "covariance of the output vocabulary's embeddings scaled to mean variance 1: "
                             "P[M(x)=y] <= exp(eps*d_RM(x,x') + epsilon0) P[M(x')=y]")
         units["per_document"] = units["per_document"].replace("d(x_i,x'_i)", "d_RM(x_i,x'_i)")
+        if "epsilon0" in units:
+            units["epsilon0"] = units["epsilon0"].replace("eps*d(x,x')", "eps*d_RM(x,x')")
         return units
 
 
