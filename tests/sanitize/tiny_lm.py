@@ -65,3 +65,33 @@ def tiny_model_env(tmp_path_factory) -> dict:
         _BUILT["TEXTDP_CAUSAL_LM"] = str(build_tiny_gemma(root / "gemma"))
         _BUILT["TEXTDP_DP_MLM_MODEL"] = str(build_tiny_mlm(root / "mlm"))
     return dict(_BUILT)
+
+
+def build_tiny_hf_bert(folder: Path, seed: int = 0) -> Path:
+    """A Hugging Face BertForMaskedLM (1 layer, hidden 32) with a WordPiece tokenizer over
+    :data:`WORDS` plus two ``##`` continuations and an ``[unused0]`` entry, random weights."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"] + WORDS + ["##s", "##ing"]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tok = None
+    for kw in ("vocab", "vocab_file"):  # transformers 5 takes vocab=, 4.x vocab_file=
+        try:
+            cand = BertTokenizerFast(**{kw: str(folder / "vocab.txt")}, do_lower_case=True)
+        except (TypeError, ValueError, OSError):
+            continue
+        if len(cand) == len(vocab):
+            tok = cand
+            break
+    assert tok is not None
+    cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128, type_vocab_size=2)
+    torch.manual_seed(seed)
+    model = BertForMaskedLM(cfg).eval()
+    with torch.no_grad():
+        model.cls.predictions.decoder.weight.normal_(0.0, 3.0)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

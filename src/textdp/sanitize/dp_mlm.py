@@ -32,7 +32,9 @@ Guarantee, stated honestly (:attr:`DPMLM.guarantee`):
 
 Model: a masked LM trained on PUBLIC data only: by default textdp's own word-level BERT trained on
 BBC News (:func:`textdp.models.mlm.default_mlm`, trained once on first use and cached; environment
-variable ``TEXTDP_DP_MLM_MODEL`` names another textdp MLM folder), or ``model=`` a textdp MLM folder.
+variable ``TEXTDP_DP_MLM_MODEL`` names another folder), or ``model=`` a textdp MLM folder or a local
+Hugging Face masked-LM folder (``local_files_only``; the masked word is one [MASK] token, outputs are
+whole-word tokens, 64 words of context).
 No pretrained MLM head installs offline (spec ``offline-models-and-data.md`` §2): textdp's small
 MLM (held-out top-1 accuracy 0.14 on clean BBC News words, against 0.06 for always 'the') makes DP-MLM WEAK in utility -- at useful
 epsilon the replacements are mostly frequent words.
@@ -60,6 +62,7 @@ ENV_MODEL = "TEXTDP_DP_MLM_MODEL"
 
 
 def _load_mlm(model):
+    """``(textdp MaskedLM or _HFMaskedModel, name)`` for ``model`` (None: the default)."""
     from textdp.models.mlm import MaskedLM, default_mlm
 
     path = model if model is not None else os.environ.get(ENV_MODEL)
@@ -69,18 +72,90 @@ def _load_mlm(model):
 
     p = Path(path).expanduser()
     if not p.is_dir():
-        raise ParameterError(f"dp-mlm model {str(p)!r} is not a folder (give a textdp MLM folder)")
-    if not MaskedLM.is_textdp_dir(p):
-        raise ParameterError(f"dp-mlm model {str(p)!r} is not a textdp word-level MLM folder (textdp_mlm.json "
-                             "missing); Hugging Face MLM folders are not supported yet")
-    return MaskedLM.load(p), str(path)
+        raise ParameterError(f"dp-mlm model {str(p)!r} is not a folder (give a textdp MLM folder or a local "
+                             "Hugging Face masked-LM folder)")
+    if MaskedLM.is_textdp_dir(p):
+        return MaskedLM.load(p), str(path)
+    if (p / "config.json").is_file():
+        return _HFMaskedModel(p), str(path)
+    raise ParameterError(f"dp-mlm model {str(p)!r} holds neither a textdp MLM (textdp_mlm.json) nor a Hugging Face "
+                         "model (config.json)")
+
+
+class _HFMaskedModel:
+    """A local Hugging Face masked LM (``local_files_only``): whole words in, one [MASK] token for the
+    masked word, one whole-word token out. Allowed outputs (from the tokenizer alone): not special,
+    not ``[unused..]``/``<unused..>``, and a word START (no ``##`` continuation; for byte-level BPE /
+    SentencePiece vocabularies, only tokens with the word-start marker ``Ġ`` / ``▁``), non-empty once
+    the marker is stripped. Context: a window of :attr:`window` words around the masked one."""
+
+    window = 64
+
+    def __init__(self, path):
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        from textdp.models.classifier import _quiet_transformers
+
+        _quiet_transformers()
+        try:
+            self.tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            self.model = AutoModelForMaskedLM.from_pretrained(str(path), local_files_only=True).eval()
+        except (OSError, ValueError, KeyError) as exc:
+            raise ParameterError(f"cannot load a masked LM from {str(path)!r} offline ({type(exc).__name__})") from None
+        if self.tok.mask_token_id is None:
+            raise ParameterError(f"{str(path)!r}: the tokenizer has no mask token (not a masked LM)")
+        v = int(self.model.get_output_embeddings().weight.shape[0])
+        toks = self.tok.convert_ids_to_tokens(list(range(min(v, len(self.tok)))))
+        marker = "Ġ" if any(t.startswith("Ġ") for t in toks) else ("▁" if any(t.startswith("▁") for t in toks) else None)
+        special = set(self.tok.all_special_ids)
+        words, ok = [], []
+        for i, t in enumerate(toks):
+            w = t[len(marker):] if marker and t.startswith(marker) else t
+            words.append(w)
+            good = (i not in special and not t.startswith(("##", "[unused", "<unused")) and bool(w.strip())
+                    and (marker is None or t.startswith(marker)))
+            if good:
+                ok.append(i)
+        words += [""] * (v - len(words))
+        self.words = np.asarray(words, dtype=object)
+        self.allowed = np.asarray(ok, dtype=np.int64)
+        self.info = {"architecture": type(self.model).__name__, "tokenizer": type(self.tok).__name__}
+
+    def to(self, device):
+        from textdp.models.device import place
+
+        place(self.model, device)
+        return self
+
+    def logits(self, words: list[str]) -> np.ndarray:
+        """float32 ``(L, V)`` logits at the [MASK] replacing word ``j``, for every ``j``."""
+        import torch
+
+        from textdp.models.device import module_device
+
+        n, width = len(words), self.window
+        rows = []
+        for j in range(n):
+            s = max(0, min(j - width // 2, n - width))
+            w = list(words[s:s + width])
+            w[j - s] = self.tok.mask_token
+            rows.append(w)
+        enc = self.tok(rows, is_split_into_words=True, padding=True, truncation=True,
+                       max_length=min(int(getattr(self.tok, "model_max_length", 512) or 512), 512), return_tensors="pt")
+        dev = module_device(self.model)
+        enc = {k: v.to(dev) for k, v in enc.items()}
+        with torch.no_grad():
+            out = self.model(**enc).logits
+        mpos = (enc["input_ids"] == self.tok.mask_token_id).int().argmax(dim=1)
+        return out[torch.arange(n, device=dev), mpos].float().cpu().numpy()
 
 
 class DPMLM(DocumentSanitizer):
     """DP-MLM (Meisenbacher et al. 2024): see the module docstring for the law and the guarantee.
 
-    model: a textdp word-level MLM folder, or None (textdp's default MLM trained on BBC News; or
-        ``$TEXTDP_DP_MLM_MODEL``).
+    model: a textdp word-level MLM folder, a local Hugging Face masked-LM folder (whole words masked
+        by one [MASK]; outputs restricted to whole-word tokens; 64 words of context), or None
+        (textdp's default MLM trained on BBC News; or ``$TEXTDP_DP_MLM_MODEL``).
     epsilon: per-token epsilon (sets ``T = 2(b_u − b_l)/epsilon``).
     b_l, b_u: logit clipping bounds, ``b_l < b_u``. Defaults -7, 7: measured with the default MLM on
         40 BBC News test documents (public; 120M logits): 1 % quantile of all logits -6.7, median of
@@ -122,15 +197,25 @@ class DPMLM(DocumentSanitizer):
         self.mlm, self.model_name = _load_mlm(model)
         self.mlm.to(self.device)
         from textdp.embeddings import Embeddings
-        from textdp.models.mlm import SPECIALS
 
-        words = list(self.mlm.vocab.words)
-        # a word table without geometry: only for tokenizing to the MLM's words and the layout rule
-        self._table = Embeddings(words, np.zeros((len(words), 1), dtype=np.float32), source=self.model_name,
-                                 kind="word", lowercase=True)
-        self.allowed_tokens = np.arange(len(SPECIALS), len(words), dtype=np.int64)
-        self.n_banned = len(SPECIALS)
-        self._words = np.asarray(words, dtype=object)
+        self._hf = isinstance(self.mlm, _HFMaskedModel)
+        if self._hf:
+            # a one-entry table: only the word split and the layout rule are used (the context is the raw words)
+            self._table = Embeddings(["\x00"], np.zeros((1, 1), dtype=np.float32), source=self.model_name,
+                                     kind="word", lowercase=False)
+            self.allowed_tokens = self.mlm.allowed
+            self._words = self.mlm.words
+            self.n_banned = int(len(self._words) - len(self.allowed_tokens))
+        else:
+            from textdp.models.mlm import SPECIALS
+
+            words = list(self.mlm.vocab.words)
+            # a word table without geometry: only for tokenizing to the MLM's words and the layout rule
+            self._table = Embeddings(words, np.zeros((len(words), 1), dtype=np.float32), source=self.model_name,
+                                     kind="word", lowercase=True)
+            self.allowed_tokens = np.arange(len(SPECIALS), len(words), dtype=np.int64)
+            self.n_banned = len(SPECIALS)
+            self._words = np.asarray(words, dtype=object)
 
     @property
     def output_words(self) -> list[str]:
@@ -138,7 +223,9 @@ class DPMLM(DocumentSanitizer):
 
     @property
     def window(self) -> int:
-        """Words of context per masked position (the MLM's positions less [CLS] and [SEP])."""
+        """Words of context per masked position (textdp's MLM: its positions less [CLS] and [SEP])."""
+        if self._hf:
+            return self.mlm.window
         return int(self.mlm.model.config.max_position_embeddings) - 2
 
     def position_logits(self, ids: np.ndarray) -> np.ndarray:
@@ -166,19 +253,27 @@ class DPMLM(DocumentSanitizer):
             hc = h[torch.arange(n, device=dev), torch.from_numpy(centre).to(dev)]
             return self.mlm.model.cls(hc).float().cpu().numpy()
 
-    def _sanitize_document(self, text, key, record):
+    def document_logits(self, tok) -> np.ndarray:
+        """float32 ``(L, V)``: logits of every masked position of one tokenized document."""
+        if self._hf:
+            return self.mlm.logits(tok.raw_tokens(np.arange(tok.n_tokens)).tolist())
         from textdp.models.mlm import UNK
+
+        return self.position_logits(np.where(tok.rows >= 0, tok.rows, UNK))
+
+    def _sanitize_document(self, text, key, record):
         from textdp.sanitize.corpus import tokenize_texts
 
         tok = tokenize_texts([text], self._table)
         n = tok.n_tokens
         if n == 0:
             return tok.rebuild([])[0], 0, 0
-        ids = np.where(tok.rows >= 0, tok.rows, UNK)
-        logits = self.position_logits(ids)
+        logits = self.document_logits(tok)
         y = clipped_draw(logits, self.allowed_tokens, self.b_l, self.b_u, self.temperature, key,
                          np.full(n, record, dtype=np.int64), np.arange(n, dtype=np.int64), self.eta)
-        return tok.rebuild(self._words[y])[0], n, int((y != tok.rows).sum())
+        new = self._words[y]
+        changed = int((new != tok.raw_tokens(np.arange(n))).sum())
+        return tok.rebuild(new)[0], n, changed
 
     # ------------------------------------------------------------------ guarantee and card
     @property
@@ -196,9 +291,12 @@ class DPMLM(DocumentSanitizer):
         return p
 
     def model_info(self) -> dict:
-        info = {k: v for k, v in self.mlm.info.items() if k in ("corpus", "preset_name", "seed", "preset", "heldout")}
-        info.update({"name": self.model_name, "architecture": "BertForMaskedLM (textdp word-level MLM)",
-                     "vocabulary_size": len(self._words), "context_window_words": self.window})
+        if self._hf:
+            info = dict(self.mlm.info)
+        else:
+            info = {k: v for k, v in self.mlm.info.items() if k in ("corpus", "preset_name", "seed", "preset", "heldout")}
+            info["architecture"] = "BertForMaskedLM (textdp word-level MLM)"
+        info.update({"name": self.model_name, "vocabulary_size": len(self._words), "context_window_words": self.window})
         return info
 
     def card_units(self) -> dict:
