@@ -1,7 +1,7 @@
 """Benchmark: textdp's sanitizers against pypantera's (and mldp-text's) on the same reviews and vocabulary.
 
     python benchmarks/bench_mechanisms.py                          # the issue's run: 500 reviews, whole corpus
-    python benchmarks/bench_mechanisms.py --docs 100               # fewer reviews for the peers (they are slow)
+    python benchmarks/bench_mechanisms.py --quick                  # = --docs 100 (the peers are slow)
     python benchmarks/bench_mechanisms.py --mldp-python /path/to/mldp-venv/bin/python   # also mldp-text
     python benchmarks/bench_mechanisms.py --skip-corpus            # only the peer comparison
 
@@ -199,6 +199,7 @@ def _child(stage: str, *args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=500, help="reviews for the peer comparison (default 500)")
+    ap.add_argument("--quick", action="store_true", help="--docs 100 (the peers take minutes per mechanism)")
     ap.add_argument("--reps", type=int, default=3, help="textdp runs per mechanism (median; default 3)")
     ap.add_argument("--peer-reps", type=int, default=1, help="runs per peer mechanism (default 1)")
     ap.add_argument("--mldp-python", metavar="PATH", help="python of a separate environment with mldp-text "
@@ -214,6 +215,8 @@ def main() -> None:
               "pypantera": stage_pypantera, "corpus": stage_corpus}[a.stage]
         print(json.dumps(fn(*a.args)))
         return
+    if a.quick:
+        a.docs = 100
     only = set(a.mechanisms.split(",")) if a.mechanisms else None
     load0 = os.getloadavg()
     print(f"textdp mechanisms benchmark: eps={EPS}, GloVe 6B 50d, built-in rotten-tomatoes; {os.cpu_count()} CPUs; "

@@ -13,6 +13,8 @@ Runs, each in its own process, and streams their output:
   bench_audit.py     audit draws/s against numpy's generator and the official code's approach
   bench_bounds.py    one DP-SGD epoch with the FIL accountant against an Opacus RDP-only epoch
   bench_topics.py    collapsed Gibbs sampling against tomotopy at 1 and 2 workers
+  bench_mechanisms.py  every shared mechanism against pypantera (and mldp-text with its own python) on the
+                     same reviews and vocabulary; whole Rotten Tomatoes per word-level mechanism
 Every benchmark prints ``RESULT name value (goal ...)`` lines; the table at the end gathers them. The
 machine's load average is printed with it: on a shared machine the ratios (measured in the same run) are
 the fair figures, the absolute times are not.
@@ -36,7 +38,7 @@ def main() -> int:
     ap.add_argument("--official", metavar="PATH", help="the official SanText code's SanText.py")
     ap.add_argument("--audit-official", metavar="PATH", help="the official Habernal (2022) code's experiment.py "
                     "(bench_audit.py --official; without it bench_audit runs its faithful reimplementation)")
-    ap.add_argument("--only", help="comma-separated subset: sanitize,startup,audit,bounds,topics")
+    ap.add_argument("--only", help="comma-separated subset: sanitize,startup,audit,bounds,topics,mechanisms")
     a = ap.parse_args()
     q = ["--quick"] if a.quick else []
     jobs = {
@@ -45,6 +47,7 @@ def main() -> int:
         "audit": ["bench_audit.py", "--quick", *(["--official", a.audit_official] if a.audit_official else [])],
         "bounds": ["bench_bounds.py", "--quick"],
         "topics": ["bench_topics.py", "--quick"],
+        "mechanisms": ["bench_mechanisms.py", *q],
     }
     if a.only:
         keep = [j.strip() for j in a.only.split(",")]
