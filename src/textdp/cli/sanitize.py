@@ -306,6 +306,8 @@ def sanitize_command(
     }
     if getattr(mech, "document_level", False):
         summary["document_level"] = True
+        if stats.seconds > 0:  # language models run at a few words per second: two decimals
+            summary["private"]["tokens_per_second"] = round(stats.tokens / stats.seconds, 2)
     if not quiet:  # every card warning (the corpus-vocabulary statement included), then the private ones
         from textdp.cli._common import err_console
 
@@ -567,7 +569,8 @@ def _print_summary(s: dict, seed) -> None:
         t.add_row("private", f"{p['documents']:,} documents, {p['tokens']:,} tokens ({p['share_changed']:.1%} changed; "
                              f"{p['oov_tokens']:,} without embedding, policy '{p['oov_policy']}'): curator only, "
                              "not in the card")
-    tps = f"{p['tokens_per_second']:,} tokens/s" if p["tokens_per_second"] else ""
+    tps = f"{p['tokens_per_second']:,} {'input words' if s.get('document_level') else 'tokens'}/s" \
+        if p["tokens_per_second"] else ""
     t.add_row("time", f"{p['seconds_total']:.2f} s total, {p['seconds_sanitizing']:.2f} s sanitizing ({tps}; "
                       "private too)")
     t.add_row("output", esc(str(s["output"])))
