@@ -147,7 +147,10 @@ def test_cli_writes_the_report(tmp_path):
     assert r.exit_code == 0, r.output
     for f in ("results.csv", "sweep.csv", "evaluations.csv", "frontier.png", "report.html", "results.json"):
         assert (out / f).is_file() and (out / f).stat().st_size > 0, f
-    res = json.loads((out / "results.json").read_text())
+    def no_nan(c):
+        raise AssertionError(f"results.json holds {c}: not standard JSON")
+
+    res = json.loads((out / "results.json").read_text(), parse_constant=no_nan)
     rows = {x["mechanism"]: x for x in res["results"]}
     assert rows["santext"]["privacy_method"] == "exact" and rows["fbdd"]["privacy_method"] == "monte-carlo"
     for x in rows.values():

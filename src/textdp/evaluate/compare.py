@@ -745,11 +745,13 @@ standard error over the {clean.get('n_test')} test texts. Clean-text utility: {c
     def recs(df):
         return json.loads(df.to_json(orient="records")) if len(df) else []
 
-    with atomic_output(out / "results.json") as tmp:  # last: marks a finished report
-        Path(tmp).write_text(json.dumps({"config": cfg_d, "metric": metric, "results": recs(table),
+    from textdp.accounting.card import json_safe
+
+    with atomic_output(out / "results.json") as tmp:  # last: marks a finished report (standard JSON: no NaN)
+        Path(tmp).write_text(json.dumps(json_safe({"config": cfg_d, "metric": metric, "results": recs(table),
                                          "sweep": recs(sweep), "evaluations": recs(evaluations), "clean": clean,
                                          "apart": [{"mechanism": n, "reason": r} for n, r in cfg.apart],
-                                         "dp_release": False, "note": NOT_A_RELEASE}, indent=2, default=str),
-                             encoding="utf-8")
+                                         "dp_release": False, "note": NOT_A_RELEASE}), indent=2, default=str,
+                                        allow_nan=False), encoding="utf-8")
     paths["results.json"] = out / "results.json"
     return paths
