@@ -9,6 +9,8 @@
 * :mod:`textdp.evaluate.pretrain` -- sanitization-aware MLM pretraining vs plain.
 * :mod:`textdp.evaluate.sweep` -- sanitize → train → attack over mechanisms × ε, with
   a resumable cache; :mod:`textdp.evaluate.report` -- CSV/JSON, plots, HTML report.
+* :mod:`textdp.evaluate.compare` -- mechanisms at equal measured privacy (``textdp compare``): the ε
+  meeting a Bayes-attack (or N_w) target per mechanism, the utility there, frontier plot and report.
 
 Quick start::
 
