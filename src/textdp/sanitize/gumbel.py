@@ -22,16 +22,25 @@ from textdp.noise import keyed
 from textdp.sanitize.base import TokenSanitizer, _single_threaded_blas
 from textdp.sanitize.sampling import DistanceKernel
 
-try:  # numba is a core dependency (textdp.noise.keyed); the numpy fallback below is exact as well
-    from numba import njit
-
-    _NUMBA = True
-except ImportError:  # pragma: no cover
-    _NUMBA = False
-
 #: distinct input words per block of the nearest-word search, at most (B x V float64: 30 MB for 30,000 words;
 #: fewer for larger vocabularies, within ``block_bytes``)
 _BLOCK = 128
+
+
+def _numba_top_k():
+    """The numba top-k kernel (:mod:`textdp.sanitize._gumbel_kernels`), or None without numba (the numpy
+    fallback :func:`_top_k_numpy` gives the same columns)."""
+    global _TOP_K
+    if _TOP_K is False:
+        try:
+            from textdp.sanitize._gumbel_kernels import _top_k
+        except ImportError:  # pragma: no cover - numba is a core dependency
+            _top_k = None
+        _TOP_K = _top_k
+    return _TOP_K
+
+
+_TOP_K = False
 
 
 def _top_k_numpy(g: np.ndarray, k: int) -> np.ndarray:
@@ -39,44 +48,6 @@ def _top_k_numpy(g: np.ndarray, k: int) -> np.ndarray:
     cols = np.broadcast_to(np.arange(g.shape[1]), g.shape)
     order = np.lexsort((cols, g), axis=-1)
     return np.ascontiguousarray(order[:, :k])
-
-
-if _NUMBA:
-
-    @njit(nogil=True, cache=True)
-    def _top_k(g, k, out):  # pragma: no cover - compiled
-        """``out[i]``: columns of the ``k`` smallest entries of row ``i``, ordered by (value, column):
-        an insertion buffer of size ``k``; columns are scanned in increasing order and only a strictly
-        smaller value enters, so ties go to the smaller column (the same order as ``_top_k_numpy``)."""
-        n, v = g.shape
-        vals = np.empty(k, dtype=np.float64)
-        for i in range(n):
-            row = g[i]
-            m = 0
-            for c0 in range(0, v, 16):
-                c1 = min(v, c0 + 16)
-                if m == k:  # a full buffer: skip the chunk unless some entry beats its largest (vectorised)
-                    lo = row[c0]
-                    for j in range(c0 + 1, c1):
-                        lo = min(lo, row[j])
-                    if not lo < vals[k - 1]:
-                        continue
-                for j in range(c0, c1):
-                    x = row[j]
-                    if m < k:
-                        p = m
-                        m += 1
-                    elif x < vals[k - 1]:
-                        p = k - 1
-                    else:
-                        continue
-                    while p > 0 and vals[p - 1] > x:
-                        vals[p] = vals[p - 1]
-                        out[i, p] = out[i, p - 1]
-                        p -= 1
-                    vals[p] = x
-                    out[i, p] = j
-        return out
 
 
 def mldp_scale(epsilon: float, n_words: int, d_min: float, d_max: float) -> float:
@@ -293,8 +264,8 @@ class TruncatedGumbel(TokenSanitizer):
                 own = self._out_pos[uniq[s:e]]  # d(x, x) = 0 exactly for an output word
                 has = np.flatnonzero(own >= 0)
                 g[has, own[has]] = 0.0
-                if _NUMBA:
-                    cand = _top_k(g, kb, np.empty((e - s, kb), dtype=np.int64))
+                if _numba_top_k() is not None:
+                    cand = _numba_top_k()(g, kb, np.empty((e - s, kb), dtype=np.int64))
                 else:  # pragma: no cover
                     cand = _top_k_numpy(g, kb)
                 dist = np.sqrt(np.take_along_axis(g, cand, axis=1))
