@@ -302,3 +302,21 @@ def test_sanitize_cli_unbudgeted_currency_refused_then_forced_on_card(tmp_path, 
     assert r.exit_code == 0 and "--force" not in r.stderr, r.output
     assert "forced" not in json.loads((tmp_path / "c.txt.card.json").read_text())
     assert Ledger(str(data), led).releases()[-1]["forced"] is False
+
+
+def test_metric_families_are_separate_currencies():
+    """Issue 15: an epsilon per unit of a Mahalanobis or list-index distance is not added to one per unit
+    of Euclidean distance (the review found 1-diffractor, tem and mahalanobis summed in metric/token)."""
+    from textdp.accounting import MetricDP
+    from textdp.accounting.composition import compose_by_group, group_key, parse_currency
+
+    eu = MetricDP(epsilon=2.0, metric="euclidean (glove-6b-50d)")
+    ma = MetricDP(epsilon=2.0, metric="regularized mahalanobis (lambda=0.2; glove-6b-50d)")
+    li = MetricDP(epsilon=2.0, metric="1-Diffractor list index: max over 3 lists (glove-6b-50d)")
+    assert [group_key(g) for g in (eu, ma, li)] == ["metric/token", "metric/token/mahalanobis",
+                                                      "metric/token/list_index"]
+    groups = compose_by_group([eu, ma, li, eu])
+    assert groups["metric/token"].epsilon == 4.0 and groups["metric/token/mahalanobis"].epsilon == 2.0
+    for text, key in (("mahalanobis", "metric/token/mahalanobis"), ("diffractor", "metric/token/list_index"),
+                      ("metric-token-mahalanobis", "metric/token/mahalanobis"), ("metric/token", "metric/token")):
+        assert parse_currency(text) == key

@@ -23,6 +23,11 @@ group key                    members and rule
                              (e1 + e2) max(d1, d2)``: the epsilons still add
                              (a conservative cap), and the composed metric is
                              named ``max(d1, d2)``. UMLDP also adds ``epsilon0``.
+                             Only Euclidean metrics share this currency.
+``metric/<unit>/<family>``   The same for the other metric families
+                             (:func:`metric_family`: ``mahalanobis``,
+                             ``list_index``): an epsilon per unit of another
+                             kind of distance is never added to a Euclidean one.
 ``group/<unit>``             GroupDP (CusText, CusText+): epsilon-DP between
                              inputs of the same group of a public partition,
                              nothing between groups. Epsilons (and epsilon0)
@@ -123,6 +128,29 @@ _METRIC = (MetricDP, UMLDP)
 NAMED_BUDGET_ONLY = ("group/",)
 
 
+#: metric families with a currency of their own (issue 15): an epsilon per unit of a regularized Mahalanobis
+#: distance or of a list-index distance is not comparable with one per unit of Euclidean distance, so they
+#: are never added together in one budget; the Euclidean family keeps the plain ``metric/<unit>`` key
+METRIC_FAMILIES = {"mahalanobis": "mahalanobis", "list index": "list_index"}
+
+
+def metric_family(metric: str) -> str:
+    """The currency suffix of a metric guarantee's ``metric`` text: ``""`` for a Euclidean distance
+    (``"euclidean (glove-6b-50d ...)"``, the SanText family), ``"mahalanobis"`` for a regularized
+    Mahalanobis distance, ``"list_index"`` for 1-Diffractor's list-index distance; any other metric name
+    (an embedding table's name, as ledgers written before issue 15 hold) is read as a Euclidean one."""
+    text = str(metric).strip().lower()
+    name = re.split(r"[(:]", text, maxsplit=1)[0].strip()
+    if name.startswith("euclidean") or not name:
+        return ""
+    if name.startswith("max(") or text.startswith("max("):
+        return ""
+    for needle, family in METRIC_FAMILIES.items():
+        if needle in name:
+            return family
+    return ""
+
+
 def group_key(g: Guarantee) -> str:
     """The composition group of ``g`` (see the module docstring)."""
     if isinstance(g, NoPrivacy):
@@ -130,7 +158,8 @@ def group_key(g: Guarantee) -> str:
     if isinstance(g, _DP):
         return f"dp/{g.unit}/{g.neighbours}"
     if isinstance(g, _METRIC):
-        return f"metric/{g.unit}"
+        family = metric_family(g.metric)
+        return f"metric/{g.unit}" + (f"/{family}" if family else "")
     if isinstance(g, GroupDP):
         return f"group/{g.unit}"
     raise ParameterError(f"no composition rule for guarantee kind {g.kind!r}")
@@ -279,8 +308,10 @@ def metric_to_document(g: MetricDP | UMLDP, max_tokens: int, diameter: float) ->
 # ---------------------------------------------------------------------------- currencies
 
 #: what ``--currency`` accepts (one line, for help texts and errors)
-CURRENCY_HELP = ("metric/token (SanText, SanText+, FBDD: metric ε per unit of embedding distance and the additive "
-                 "ε₀ per token), group/token (CusText, CusText+: ε-DP between words of the same group only; "
+CURRENCY_HELP = ("metric/token (SanText, SanText+, FBDD, TEM, Vickrey with CMP noise: metric ε per unit of Euclidean "
+                 "embedding distance and the additive ε₀ per token), metric/token/mahalanobis (Mahalanobis, Vickrey "
+                 "with Mahalanobis noise; short form mahalanobis), metric/token/list_index (1-Diffractor; short form "
+                 "diffractor), group/token (CusText, CusText+: ε-DP between words of the same group only; "
                  "short form custext), dp/document/replace-one (DP per document: HDP-LDA), dp/token/replace-one (DP or "
                  "LDP per token: LP/OLP-LDA), or any group key dp/<unit>/<replace-one|add-remove>, metric/<unit>; "
                  "short forms: metric-token, dp-document, ldp-token")
@@ -303,6 +334,10 @@ def parse_currency(text: str) -> str:
         raise bad
     if t in ("custext", "custext+", "group"):
         return "group/token"
+    if t in ("mahalanobis", "vickrey-mahalanobis"):
+        return "metric/token/mahalanobis"
+    if t in ("diffractor", "1-diffractor", "list-index", "list_index"):
+        return "metric/token/list_index"
     if t == "none":
         raise ParameterError("a budget cannot be set in currency 'none': a release without privacy has an "
                              "unbounded loss and fits no budget")
@@ -318,6 +353,8 @@ def parse_currency(text: str) -> str:
     unit = rest[0]
     if kind in ("metric", "group") and len(rest) == 1:
         return f"{kind}/{unit}"
+    if kind == "metric" and len(rest) == 2 and rest[1] in ("mahalanobis", "list_index", "list-index"):
+        return f"metric/{unit}/{rest[1].replace('-', '_')}"
     if kind in ("dp", "ldp") and len(rest) in (1, 2):
         nb = rest[1] if len(rest) == 2 else "replace-one"
         if nb not in _NEIGHBOURS:
@@ -351,13 +388,13 @@ def unbounded_terms(g: Guarantee) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if isinstance(g, GroupDP):
         if math.isinf(g.epsilon):
-            out.append(("epsilon", "every input is released unchanged"))
+            out.append(("epsilon", "the mechanism claims no bound within a group (epsilon = inf)"))
         if math.isinf(g.epsilon0):
             out.append(("epsilon0", "the additive term is unbounded"))
         return out
     if isinstance(g, _METRIC):
         if math.isinf(g.epsilon):
-            out.append(("epsilon", "every input is released unchanged"))
+            out.append(("epsilon", "the mechanism claims no metric bound (epsilon = inf)"))
         if math.isinf(getattr(g, "epsilon0", 0.0) or 0.0):
             why = ("santext+ with p = 0 has epsilon0 = inf: non-sensitive words are released unprotected"
                    if isinstance(g, UMLDP) else "the additive term is unbounded")
