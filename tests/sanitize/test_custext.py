@@ -58,7 +58,7 @@ def _naive_groups(vec, k):
 
 
 # ------------------------------------------------------------------ groups
-@pytest.mark.parametrize("k", [1, 3, 7, 20, 60])
+@pytest.mark.parametrize("k", [2, 3, 7, 20, 60])
 def test_groups_partition_the_output_vocabulary(k):
     emb = _emb()
     m = make_mechanism("custext", emb, 2.0, k=k, rng=0)
@@ -287,8 +287,9 @@ def test_cli_ledger_refusal_and_force(tmp_path):
 
 
 # ------------------------------------------------------------------ parameters
-@pytest.mark.parametrize("k", [0, -3, 2.5, True, "x"])
+@pytest.mark.parametrize("k", [0, 1, -3, 2.5, True, "x"])
 def test_bad_k_is_one_line(k):
+    """k = 1 too (the review released a whole corpus unchanged, charged as 3-DP, with -P k=1)."""
     with pytest.raises(ParameterError) as err:
         make_mechanism("custext", _emb(), 1.0, k=k)
     assert "k" in str(err.value) and len(str(err.value).splitlines()) == 1
@@ -300,7 +301,7 @@ def test_k_larger_than_the_output_vocabulary_is_refused():
         m.probabilities(["w1"])
 
 
-@pytest.mark.parametrize("value, words", [("0", "k"), ("abc", "k"), ("100000", "larger than the output vocabulary")])
+@pytest.mark.parametrize("value, words", [("0", "k"), ("1", "no protection"), ("abc", "k"), ("100000", "larger than the output vocabulary")])
 def test_bad_k_through_the_cli_is_one_line(tmp_path, value, words):
     from textdp.cli.main import app
 

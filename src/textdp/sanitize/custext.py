@@ -79,6 +79,9 @@ def _check_k(k) -> int:
         raise ParameterError(f"k (the group size) must be an integer >= 1, got {k!r}") from None
     if kk != k or kk < 1:
         raise ParameterError(f"k (the group size) must be an integer >= 1, got {k!r}")
+    if kk == 1:
+        raise ParameterError("k = 1 makes every word its own group: every word is released unchanged (no "
+                             "protection); use k >= 2 (the paper uses 20)")
     return kk
 
 
@@ -174,7 +177,7 @@ class CusText(TokenSanitizer):
     group (plus ``epsilon0``, the float-safe sampler's accounted cost), nothing between groups;
     its ledger currency is ``group/token``, which no wildcard budget covers.
 
-    Raises ParameterError for ``k < 1``, a non-integer ``k``, or ``k`` above the output
+    Raises ParameterError for ``k < 2`` (``k = 1``: every word its own group, released unchanged), a non-integer ``k``, or ``k`` above the output
     vocabulary's size (checked when the vocabulary is built; with the corpus vocabulary, a corpus of
     fewer than ``k`` words makes one group).
     Example: ``CusText("glove-6b-50d", epsilon=3, k=20).sanitize(texts)``.
