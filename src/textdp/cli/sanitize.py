@@ -1,4 +1,4 @@
-"""``textdp sanitize``: token-level metric-DP sanitization of a corpus (SanText, SanText+, FBDD).
+"""``textdp sanitize``: DP sanitization of a corpus with any registered sanitizer (``textdp mechanisms``).
 
 Thin layer over :mod:`textdp.sanitize`: parses options, streams the input in
 chunks (two passes for a file: count the vocabulary, then sanitize and write),
@@ -81,8 +81,11 @@ def sanitize_command(
     input: str = typer.Argument("rotten-tomatoes", help="A built-in dataset name (see `textdp datasets`) or a "
                                 "CSV/TSV/JSONL/Parquet/TXT file."),
     mechanism: str = typer.Option("santext", "--mechanism", "-m", help=MECHANISM_HELP),
-    epsilon: float = typer.Option(..., "--epsilon", "-e", help="Privacy parameter per token (guarantee "
-                                  "eps·d(x,x'), d = Euclidean embedding distance)."),
+    epsilon: float = typer.Option(..., "--epsilon", "-e", help="Privacy parameter: per token and per unit of the "
+                                  "mechanism's distance (santext, fbdd, tem: Euclidean embedding distance; mahalanobis: "
+                                  "regularized Mahalanobis; 1-diffractor: list index), per token within a group "
+                                  "(custext), per document (dp-prompt). Not comparable across mechanisms: see "
+                                  "`textdp compare`."),
     w: Optional[float] = typer.Option(None, "--w", help="SanText+: least frequent share of the vocabulary "
                                       "that is sensitive, in [0,1] (default 0.9)."),
     p: Optional[float] = typer.Option(None, "--p", help="SanText+: probability that a non-sensitive word is "
@@ -125,7 +128,8 @@ def sanitize_command(
     force: bool = typer.Option(False, "--force", help="Release even if the ledger refuses it (over the dataset's "
                                "budget, a term without bound, or a currency no budget names); recorded as forced."),
 ):
-    """Sanitize a corpus token by token with SanText, SanText+ or FBDD and write a privacy card."""
+    """Sanitize a corpus with a text-DP mechanism (SanText, SanText+, FBDD, Mahalanobis, Vickrey, CusText, TEM,
+    TruncatedGumbel, 1-Diffractor, DP-Prompt, DP-MLM: `textdp mechanisms`) and write a privacy card."""
     from textdp.accounting.card import build_card, check_card_path, write_card
     from textdp.data import io
     from textdp.data.datasets import is_builtin, load_dataset
@@ -306,6 +310,8 @@ def sanitize_command(
     }
     if getattr(mech, "document_level", False):
         summary["document_level"] = True
+        if getattr(mech, "model_path", None):  # the local path: the curator's terminal only (the card has name + hash)
+            summary["model_path"] = mech.model_path
         if stats.seconds > 0:  # language models run at a few words per second: two decimals
             summary["private"]["tokens_per_second"] = round(stats.tokens / stats.seconds, 2)
     if not quiet:  # every card warning (the corpus-vocabulary statement included), then the private ones
@@ -561,6 +567,9 @@ def _print_summary(s: dict, seed) -> None:
     else:
         vtext = f"{v.get('name', v['kind'])} ({v.get('size', 0):,} words)"
     t.add_row("output vocab", esc(vtext))
+    if s.get("model_path"):
+        t.add_row("model", esc(f"{s['model_path']} (this path is not in the card: it names the model by folder name "
+                               "and a hash of its config and tokenizer files)"))
     p = s["private"]
     if s.get("document_level"):
         t.add_row("private", f"{p['documents']:,} documents, {p['tokens']:,} input words: curator only, not in the "

@@ -48,7 +48,7 @@ vocabulary) is turned once into integer weights by :class:`textdp.noise.ExactCat
 uniform share ``eta`` mixed in, ``rint(2^62 ((1 - eta) p + eta/m))``), and each token draws one
 exact keyed uniform integer (:func:`textdp.noise.keyed.keyed_uniform_below`, its record's stream)
 and looks it up in its row's integer cumulative weights. The accounted extra loss is
-``epsilon0 = categorical_discretisation_epsilon(k, eta)`` (about 3.6e-12 for k = 20): the score
+``epsilon0 = categorical_discretisation_epsilon(k, eta)`` (about 1.3e-11 for k = 20): the score
 need not be exact for the bound, only in ``[-1, 0]``, which the computed score is.
 """
 
