@@ -243,3 +243,46 @@ def test_scale_parameter_is_used(small_emb):
     m._prepare()
     assert m.b == 0.5 and m.d_max == 2.0 and m.parameters()["scale"] == 0.5
     assert np.abs(m.noise(1000, rng=1)).max() <= 2.0
+
+
+# ------------------------------------------------------------------------------------------ eps and the card
+def test_card_warns_where_the_scale_formula_is_outside_its_domain(small_emb):
+    """Below eps = 2(1 + ln n)/d_min the paper's formula evaluates Lambert W where it is complex (its real
+    part is used) and its scale is not monotone in eps: the card says so; above the threshold it does not."""
+    m = _mech(small_emb, 1.0)
+    m._prepare()
+    n, lo, hi = len(small_emb), m.d_min, m.d_max
+    thr = 2 * (1 + np.log(n)) / lo
+    dom = m.formula_domain()
+    assert dom["threshold"] == pytest.approx(thr) and not dom["in_domain"]
+    inside, outside = _mech(small_emb, thr + 50.0), _mech(small_emb, thr / 4)
+    assert inside.formula_domain()["in_domain"] and not outside.formula_domain()["in_domain"]
+    assert outside.formula_domain()["complex"] == (2 * (thr / 4 - thr) / 3 * hi < -np.exp(-1))
+    warn = [s for s in outside.card_warnings() if "outside its domain" in s]
+    assert len(warn) == 1 and "not monotone in eps" in warn[0] and "eps does not control the noise" in warn[0]
+    assert not [s for s in inside.card_warnings() if "outside its domain" in s]
+    assert not [s for s in _mech(small_emb, 1.0, scale=2.0).card_warnings() if "outside its domain" in s]
+    # the non-monotonicity the warning states, on GloVe 6B 50d's default figures (n = 30,000)
+    b = [abs(mldp_scale(e, 30000, 1.9376, 15.6035)) for e in (0.1, 1, 3, 10, 15, 20, 50, 1000)]
+    assert b[4] > 4 * b[2] and b[7] < b[0]  # eps 3 -> 15: four times more noise; eps 1000 less than eps 0.1
+
+
+def test_card_says_no_guarantee_first(small_emb):
+    """The guarantee is filed as metric-dp (the ledger's class) with epsilon inf: its description and the
+    card's units say 'no guarantee' first."""
+    m = _mech(small_emb, 3.0)
+    g = m.guarantee
+    assert g.kind == "metric-dp" and math.isinf(g.epsilon)
+    assert g.describe().startswith("no guarantee")
+    assert m.card_units()["kind"].startswith("no guarantee")
+
+
+def test_corpus_vocabulary_calibrates_from_public_data(small_emb):
+    """With output_vocabulary="corpus" d_min, d_max and n of the scale formula come from the embedding table
+    (its first word, its size), not from the corpus's words."""
+    a = TruncatedGumbel(small_emb, epsilon=20.0, rng=1, output_vocabulary="corpus").fit(["w3 w5 w7"])
+    b = TruncatedGumbel(small_emb, epsilon=20.0, rng=1, output_vocabulary="corpus").fit(["w9 w2"])
+    full = _mech(small_emb, 20.0)
+    assert a.parameters() == b.parameters()
+    for k in ("scale", "min_distance", "max_distance"):
+        assert a.parameters()[k] == full.parameters()[k]  # the full table from its first word, n = table size

@@ -200,6 +200,24 @@ def test_card_holds_nothing_but_parameters_and_public_data(tmp_path, name):
     assert not found, found
 
 
+@pytest.mark.parametrize("name", [n for n in SANITIZERS if n not in DOCUMENT_LEVEL])
+def test_corpus_vocabulary_card_does_not_depend_on_the_corpus(tmp_path, name):
+    """With --output-vocabulary corpus the card states that the vocabulary is the corpus's, and nothing
+    else of it: neighbouring corpora (one document changed, one added) and an unrelated one-document corpus
+    give identical cards except the time (1-diffractor's epsilon0 and worst case and truncated-gumbel's
+    scale and reference distances were functions of the corpus's distinct words)."""
+    a, _ = _corpora()
+    neighbour = ["good film . fun story", "boring plot , xyzzy actor qwerty", "great scene ; fun", "one more"]
+    cards = [_release(tmp_path, sub, name, docs, "--output-vocabulary", "corpus")[0]
+             for sub, docs in (("a", a), ("b", neighbour), ("c", ["movie"]))]
+    for c in cards:
+        c.pop("created")
+    assert cards[0] == cards[1], f"{name}: neighbouring corpora give different cards"
+    assert cards[0] == cards[2], f"{name}: the card depends on the corpus"
+    assert cards[0]["parameters"]["output_vocabulary"] == "corpus"
+    assert "size" not in cards[0]["data"]["output_vocabulary"]
+
+
 def test_corpus_vocabulary_card_states_what_is_unprotected(tmp_path):
     a, _ = _corpora()
     card, _ = _release(tmp_path, "c", "santext", a, "--output-vocabulary", "corpus")

@@ -77,7 +77,9 @@ class Diffractor(TokenSanitizer):
     mixing the uniform share cannot raise any ratio. ``guarantee.worst_case_epsilon`` (plain DP
     per token) is an upper bound: ``min(eps·(N - 1) + epsilon0, ln(hi/lo))`` for two words, with
     ``hi``/``lo`` the largest and smallest realised probability, and the uniform OOV replacement
-    against any word.
+    against any word. With ``output_vocabulary="corpus"`` both depend on the corpus's number of
+    distinct words ``N``, so the guarantee (and the card) gives instead their upper bounds over every
+    ``N`` up to the embedding table's size (public data; :meth:`_public_bounds`).
 
     **Differences from the reference code** (sjmeis/Diffractor ``core.py``): it keeps stop words
     and words outside its lists unchanged (released unprotected); textdp sanitizes every token (OOV
@@ -357,15 +359,51 @@ class Diffractor(TokenSanitizer):
     # ------------------------------------------------------------------ guarantee
     @property
     def guarantee(self) -> MetricDP:
-        return MetricDP(epsilon=self.epsilon, metric=self.metric_name, unit="token",
-                        epsilon0=self.rounding_epsilon0, worst_case_epsilon=self.worst_case_epsilon())
+        if self.output_vocabulary == "corpus":  # the realised figures are functions of the corpus's N
+            e0, wc = self._public_bounds()
+        else:
+            e0, wc = self.rounding_epsilon0, self.worst_case_epsilon()
+        return MetricDP(epsilon=self.epsilon, metric=self.metric_name, unit="token", epsilon0=e0,
+                        worst_case_epsilon=wc)
+
+    def _public_bounds(self) -> tuple[float, float]:
+        """``(epsilon0, worst_case_epsilon)`` bounds that hold for every output vocabulary of ``N`` words,
+        ``2 <= N <= `` :meth:`_n_out_bound` (the embedding table's size): public, so the card of a
+        corpus-vocabulary release does not reveal the corpus's number of distinct words. For each
+        ``N``: ``u = max(1, floor(eta S / N))`` exactly; every total ``T_i`` (``N`` floored weights of
+        ``S`` times a law that sums to 1, each within a relative ``r`` of its value, plus ``N u``)
+        lies in ``[S(1 - r) - N + N u, S(1 + r) + N u]``; ``B[0]`` does not depend on ``N``. These
+        bound the terms of :attr:`rounding_epsilon0` and :meth:`worst_case_epsilon`; the maximum over
+        ``N`` is reported (each realised figure is at most its bound at the realised ``N``)."""
+        wc_oov = self.oov == "uniform"
+        nb = max(1, int(self._n_out_bound()))
+        if nb == 1:
+            return 0.0, (0.0 if wc_oov else math.inf)
+        scale = float(2**_SCALE_BITS)
+        r = _WEIGHT_REL_ERROR
+        n = np.arange(2, nb + 1, dtype=np.float64)
+        u = np.maximum(1.0, np.floor(self.eta * scale / n))
+        t_lo = scale * (1.0 - r) - n + n * u
+        t_hi = scale * (1.0 + r) + n * u
+        e0 = (math.log1p(r) - math.log1p(-r) - np.log1p(-1.0 / ((1.0 - r) * u)) + np.log(t_hi / t_lo))
+        b0 = scale / (1.0 + math.exp(-self.epsilon)) * (1.0 + r)  # >= B[0], whatever N
+        hi = np.minimum(1.0, (b0 + u) / t_lo)
+        lo = u / t_hi
+        pair = np.minimum(self.epsilon * (n - 1) + e0, np.log(hi / lo))
+        oov = np.maximum(np.log(n * hi), -np.log(n * lo))
+        e0_max = float(e0.max())
+        if not wc_oov:
+            return e0_max, math.inf
+        return e0_max, float(np.maximum(pair, oov).max())
 
     def worst_case_epsilon(self) -> float:
         """Upper bound of the largest per-token log-ratio over every pair of accepted inputs (plain
         DP): two words: ``min(eps (N - 1) + epsilon0, ln(hi/lo))``, ``hi = (B[0] + u)/T_min`` and
         ``lo = u/T_max`` bounding every realised probability; an OOV token under ``oov="uniform"``
         (each output ``1/N``) against a word: ``max(ln(N hi), ln(1/(N lo)))``; other OOV policies
-        release whether a token has an embedding: infinite."""
+        release whether a token has an embedding: infinite. With ``output_vocabulary="corpus"`` this is
+        the realised figure; :attr:`guarantee` (the card) reports the public bound of
+        :meth:`_public_bounds` instead."""
         if self.oov != "uniform":
             return math.inf
         self._prepare()

