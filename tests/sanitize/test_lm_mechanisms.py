@@ -171,8 +171,8 @@ def test_dp_prompt_per_token_ratio_bound_under_clipping(models):
 
 def test_dp_mlm_ratio_bound_and_every_position_moves(models):
     """One changed word: every position's law stays within 2(b_u - b_l)/T + epsilon0 of the
-    other document's, and positions other than the changed one move too (hence L x epsilon per
-    document, not epsilon)."""
+    other document's, the changed position's own law does not move (its word is masked) and the
+    other positions do (hence the per-word guarantee counts the positions that see the word)."""
     mech = _mlm(models)
     from textdp.models.mlm import UNK
     from textdp.sanitize.corpus import tokenize_texts
@@ -186,9 +186,139 @@ def test_dp_mlm_ratio_bound_and_every_position_moves(models):
     a, b = laws("good film . fun story"), laws("good film . bad story")
     ratios = [_max_log_ratio(a[i], b[i]) for i in range(5)]
     assert max(ratios) <= bound + mech.sampling_epsilon0
+    assert ratios[3] == 0.0  # position 3's word is masked: its law ignores it
     assert ratios[0] > 1e-3 and ratios[4] > 1e-3  # unchanged positions see the changed word
     g = mech.guarantee
-    assert g.unit == "token" and math.isclose(g.epsilon, bound + mech.sampling_epsilon0)
+    assert mech.window == 14 and mech.positions_per_word == 26
+    assert g.unit == "token" and g.neighbours == "replace-one"
+    assert math.isclose(g.epsilon, 26 * (bound + mech.sampling_epsilon0))
+
+
+def _sensitive_mlm(folder, std=0.5, seed=1):
+    """The tiny MLM with its encoder matrices redrawn at a larger scale (seeded torch generator):
+    each position's law then depends strongly on its context (the default init barely moves it)."""
+    import torch
+    from tiny_lm import build_tiny_mlm
+
+    from textdp.models.mlm import MaskedLM
+
+    build_tiny_mlm(folder / "base")
+    m = MaskedLM.load(folder / "base")
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, prm in m.model.bert.encoder.named_parameters():
+            if prm.dim() == 2:
+                prm.copy_(torch.randn(prm.shape, generator=gen) * std)
+    m.save(folder / "sensitive")
+    return folder / "sensitive"
+
+
+def _position_laws(mech, words):
+    ids = np.asarray([mech._words.tolist().index(w) for w in words], dtype=np.int64)
+    lg = mech.position_logits(ids)
+    return clipped_law(lg, mech.allowed_tokens, mech.b_l, mech.b_u, mech.temperature, mech.eta).probabilities()
+
+
+def test_dp_mlm_per_word_guarantee_exact_over_all_positions(tmp_path):
+    """Exact privacy loss of replacing ONE word: the L draws are independent given the document, so
+    the largest log-ratio of the released document's law over all outputs is
+    max(sum_i max_v ln p_i/q_i, sum_i max_v ln q_i/p_i) over the realised (integer) laws. Over a few
+    contexts of L = 2W - 1 = 27 words (the length where one word is seen by the most positions) and
+    several replacements of the middle word, it exceeds the old per-position claim 2(b_u - b_l)/T +
+    epsilon0 and never exceeds the stated 2(W - 1) x (2(b_u - b_l)/T + epsilon0)."""
+    from tiny_lm import WORDS
+
+    from textdp.sanitize.dp_mlm import DPMLM
+
+    mech = DPMLM(None, model=str(_sensitive_mlm(tmp_path)), b_l=-1.5, b_u=2.0, temperature=0.7)
+    w = mech.window
+    per_position = mech.epsilon_token + mech.sampling_epsilon0
+    assert mech.guarantee.epsilon == pytest.approx(2 * (w - 1) * per_position)
+    rng = np.random.default_rng(0)  # test contexts, not DP noise
+    losses = []
+    for _ in range(3):
+        doc = [str(x) for x in rng.choice(WORDS, 2 * w - 1)]
+        p = np.log(_position_laws(mech, doc))
+        for other in ("aardvark", "film", "bad", "."):
+            if other == doc[w - 1]:
+                continue
+            doc2 = list(doc)
+            doc2[w - 1] = other
+            lr = p - np.log(_position_laws(mech, doc2))
+            assert np.abs(lr[w - 1]).max() == 0.0  # the replaced position's own law ignores its word
+            assert np.abs(lr).max() <= per_position  # every position within the per-position bound
+            losses.append(max(lr.max(axis=1).sum(), (-lr).max(axis=1).sum()))
+    print("exact per-word losses", np.round(losses, 3), "per position", per_position, "stated", mech.guarantee.epsilon)
+    assert max(losses) > per_position, losses  # the old claim (epsilon per token) is violated
+    assert max(losses) <= mech.guarantee.epsilon, losses
+
+
+def test_dp_mlm_window_count_is_exact(tmp_path):
+    """positions_seeing_a_word is exactly what the code's windows do: replacing word k moves only
+    positions whose window (window_start) holds k, and the count formula, its closed forms and its
+    maximum 2(W - 1) over all lengths agree with a brute-force count."""
+    from tiny_lm import WORDS
+
+    from textdp.sanitize.dp_mlm import DPMLM, max_positions_per_word, positions_seeing_a_word, window_start
+
+    def brute(n, width):
+        wn = min(n, width)
+        def holds(j, k):
+            return window_start(j, n, width) <= k < window_start(j, n, width) + wn
+
+        return max((sum(1 for j in range(n) if j != k and holds(j, k)) for k in range(n)), default=0)
+
+    for width in (1, 2, 5, 6, 14, 15):
+        counts = [positions_seeing_a_word(n, width) for n in range(1, 4 * width + 3)]
+        assert counts == [brute(n, width) for n in range(1, 4 * width + 3)]
+        assert max_positions_per_word(width) == max(1, 2 * (width - 1))
+        assert max(counts) == 2 * (width - 1)  # width 1: the window is the masked word alone, 0
+        assert counts[2 * width - 2] == 2 * (width - 1)  # n = 2W - 1
+        assert all(c == width + width // 2 - 1 for c in counts[2 * width - 1:])  # n >= 2W
+    mech = DPMLM(None, model=str(_sensitive_mlm(tmp_path)), b_l=-1.5, b_u=2.0, temperature=0.7)
+    w = mech.window
+    rng = np.random.default_rng(1)
+    for n in (5, 20, 27, 30):
+        doc = [str(x) for x in rng.choice(WORDS[:-1], n)]  # never "more": the replacement below
+        base = _position_laws(mech, doc)
+        seen_max = 0
+        for k in range(n):
+            doc2 = list(doc)
+            doc2[k] = "more"
+            moved = {j for j, row in enumerate(np.abs(base - _position_laws(mech, doc2)).max(axis=1)) if row > 0}
+            window = {j for j in range(n) if j != k and window_start(j, n, w) <= k < window_start(j, n, w) + min(n, w)}
+            assert moved <= window, (n, k)
+            seen_max = max(seen_max, len(window))
+        assert seen_max == positions_seeing_a_word(n, w)
+
+
+def test_lm_cards_name_the_model_without_its_path(tmp_path):
+    """The card names a local model folder by its name and a hash of its config/tokenizer files,
+    never by its path; the curator's terminal (JSON summary) keeps the path."""
+    import json
+
+    from tiny_lm import build_tiny_gemma, build_tiny_mlm
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+    from textdp.sanitize.document import model_identity
+
+    src = tmp_path / "in.txt"
+    src.write_text("good film\nbad plot\n", encoding="utf-8")
+    for name, folder, extra in (("dp-mlm", build_tiny_mlm(tmp_path / "my-mlm"), []),
+                                ("dp-prompt", build_tiny_gemma(tmp_path / "my-lm"), ["-P", "max_new_tokens=3"])):
+        out = tmp_path / f"{name}.txt"
+        r = CliRunner().invoke(app, ["sanitize", str(src), "-m", name, "-e", "50", "-P", f"model={folder}", *extra,
+                                     "--no-ledger", "-o", str(out), "--json"])
+        assert r.exit_code == 0, r.output
+        card_text = (tmp_path / f"{name}.txt.card.json").read_text(encoding="utf-8")
+        assert str(tmp_path) not in card_text and str(tmp_path.resolve()) not in card_text
+        card = json.loads(card_text)
+        ident = model_identity(folder)
+        assert ident.startswith(folder.name + " sha256:") and card["parameters"]["model"] == ident
+        assert card["data"]["model"].get("path", ident) == ident
+        assert str(folder) in r.output  # the curator's terminal keeps the path
+    assert model_identity(tmp_path / "my-mlm") != model_identity(tmp_path / "my-lm")
 
 
 # ----------------------------------------------------------------------------------- parameters

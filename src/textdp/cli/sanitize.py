@@ -84,7 +84,9 @@ def sanitize_command(
     epsilon: float = typer.Option(..., "--epsilon", "-e", help="Privacy parameter: per token and per unit of the "
                                   "mechanism's distance (santext, fbdd, tem: Euclidean embedding distance; mahalanobis: "
                                   "regularized Mahalanobis; 1-diffractor: list index), per token within a group "
-                                  "(custext), per document (dp-prompt). Not comparable across mechanisms: see "
+                                  "(custext), per document (dp-prompt), per position (dp-mlm: one word costs "
+                                  "2(W-1) times it, W its context window; the card and the ledger charge that). "
+                                  "Not comparable across mechanisms: see "
                                   "`textdp compare`."),
     w: Optional[float] = typer.Option(None, "--w", help="SanText+: least frequent share of the vocabulary "
                                       "that is sensitive, in [0,1] (default 0.9)."),

@@ -48,7 +48,38 @@ from textdp.noise import keyed
 from textdp.noise.keyed import ReleaseKey
 from textdp.sanitize.base import SanitizeStats, check_epsilon
 
-__all__ = ["DocumentSanitizer", "clipped_law", "clipped_draw", "check_clip"]
+__all__ = ["DocumentSanitizer", "clipped_law", "clipped_draw", "check_clip", "model_identity"]
+
+#: files that identify a model folder publicly (configuration and tokenizer; weights excluded: large)
+IDENTITY_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                  "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt",
+                  "tokenizer.model", "textdp_mlm.json")
+#: bytes of a single-file model (GGUF: its header holds the configuration and the tokenizer) that are hashed
+IDENTITY_PREFIX_BYTES = 4 << 20
+
+
+def model_identity(path) -> str:
+    """The public name of a local model for a privacy card: ``"<folder or file name> sha256:<12 hex>"``.
+
+    The hash is SHA-256 over the configuration and tokenizer files of the folder that exist
+    (:data:`IDENTITY_FILES`, each as its name, a NUL and its bytes, in that order), or, for a single
+    file (``.gguf``), over its size and first :data:`IDENTITY_PREFIX_BYTES` bytes. The absolute
+    path (which may hold a user name) is never part of it; the curator's terminal shows the path."""
+    import hashlib
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    h = hashlib.sha256()
+    if p.is_dir():
+        for name in IDENTITY_FILES:
+            f = p / name
+            if f.is_file():
+                h.update(name.encode() + b"\0" + f.read_bytes())
+    elif p.is_file():
+        h.update(str(p.stat().st_size).encode() + b"\0")
+        with open(p, "rb") as fh:
+            h.update(fh.read(IDENTITY_PREFIX_BYTES))
+    return f"{p.resolve().name or p.name} sha256:{h.hexdigest()[:12]}"
 
 
 def check_clip(b_l, b_u, temperature=None) -> tuple[float, float, float | None]:

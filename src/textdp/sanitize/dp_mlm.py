@@ -16,25 +16,44 @@ room for). Banned outputs: the 5 special tokens (``[PAD] [UNK] [CLS] [SEP] [MASK
 vocabulary alone (data-independent). Sampling: :mod:`textdp.sanitize.document` (float-safe,
 per-record keyed streams: document ``r``, position ``i``).
 
-Guarantee, stated honestly (:attr:`DPMLM.guarantee`):
+Guarantee (:attr:`DPMLM.guarantee`), for the standard relation "replace one word token" (two
+documents of the same number of words that differ in one word):
 
-* one position: ``ε_tok = 2(b_u − b_l)/T`` (+ ``epsilon0``) -- for ANY two contexts (clipped
-  utility, sensitivity ``b_u − b_l``);
-* a document: the context of EVERY position holds the other words (its window), so changing one
-  input word changes the law of every position whose window contains it, not only its own; the
-  L draws are independent given ``x``, so two documents of the same length ``L`` are
-  ``L · (ε_tok + epsilon0)``-indistinguishable (basic composition), and that is the per-document
-  figure whatever the number of words that differ;
+* one position: ``ε_pos = 2(b_u − b_l)/T`` (+ ``epsilon0`` for float-safe sampling) -- for ANY two
+  contexts (clipped utility, sensitivity ``b_u − b_l``);
+* position ``i``'s own word is replaced by ``[MASK]``, so output ``i`` never depends on ``x_i``;
+  word ``x_k`` reaches the release only through the OTHER positions whose context window holds it.
+  The L draws are independent given ``x``, so replacing ``x_k`` costs at most
+  ``C · (ε_pos + epsilon0)`` where ``C`` is the number of positions ``j ≠ k`` whose window holds
+  ``k``;
+* windows (:func:`window_start`): ``W`` words (the model's public window: ``max_len − 2`` = 14
+  for textdp's MLM, 64 for a Hugging Face folder), centred on ``j`` but shifted to lie inside
+  the document. Counted exactly (:func:`positions_seeing_a_word`): ``C = L − 1`` for
+  ``L ≤ 2W − 1`` words, ``C = W + ⌊W/2⌋ − 1`` for ``L ≥ 2W`` (the shifted windows at both ends
+  each hold up to ``⌊W/2⌋`` extra positions); the largest, over every length, is
+  ``2(W − 1)`` (at ``L = 2W − 1``, where every window holds the middle word). The length is
+  released, but the guarantee states the public constant:
+
+      ε_token = 2(W − 1) · (ε_pos + epsilon0)        per replaced word (neighbours "replace-one")
+
+  (:data:`MAX_POSITIONS_PER_WORD`; 26 · (ε_pos + epsilon0) for textdp's MLM, 126 · (…) for a
+  64-word window);
+* a whole document: two documents of the same length ``L`` (any number of words differing) are
+  ``L · (ε_pos + epsilon0)``-indistinguishable (stated in the card's units, not as the guarantee);
 * documents of different lengths are NOT protected against each other: the output has exactly as
   many words as the input and keeps its layout (separators and line breaks, :func:`textdp.sanitize.corpus.glue`).
 
-``epsilon`` (the CLI's ``--epsilon``) is ε_tok PER TOKEN, as in the paper: ``T = 2(b_u − b_l)/ε``.
+``epsilon`` (the CLI's ``--epsilon``) is the paper's per-POSITION ε_pos: ``T = 2(b_u − b_l)/ε``.
+The card's guarantee, the terminal and the budget ledger carry the per-token ε_token above, in the
+currency ``dp/token/replace-one``.
 
 Model: a masked LM trained on PUBLIC data only: by default textdp's own word-level BERT trained on
 BBC News (:func:`textdp.models.mlm.default_mlm`, trained once on first use and cached; environment
 variable ``TEXTDP_DP_MLM_MODEL`` names another folder), or ``model=`` a textdp MLM folder or a local
 Hugging Face masked-LM folder (``local_files_only``; the masked word is one [MASK] token, outputs are
-whole-word tokens, 64 words of context).
+whole-word tokens, 64 words of context). The card names a folder by its name and a short hash of
+its configuration and tokenizer files (:func:`textdp.sanitize.document.model_identity`), never by
+its local path; the curator's terminal shows the path.
 No pretrained MLM head installs offline (spec ``offline-models-and-data.md`` §2): textdp's small
 MLM (held-out top-1 accuracy 0.14 on clean BBC News words, against 0.06 for always 'the') makes DP-MLM WEAK in utility -- at useful
 epsilon the replacements are mostly frequent words.
@@ -55,19 +74,55 @@ from textdp.errors import ParameterError
 from textdp.noise import DEFAULT_ETA
 from textdp.sanitize.document import DocumentSanitizer, check_clip, clipped_draw
 
-__all__ = ["DPMLM", "ENV_MODEL"]
+__all__ = ["DPMLM", "ENV_MODEL", "window_start", "positions_seeing_a_word", "max_positions_per_word"]
 
 #: environment variable naming the default MLM folder (a textdp word-level MLM)
 ENV_MODEL = "TEXTDP_DP_MLM_MODEL"
 
 
+def window_start(j: int, n: int, width: int) -> int:
+    """First word of position ``j``'s context window in a document of ``n`` words: ``width``
+    words centred on ``j`` (``j − width//2``), shifted to lie inside the document; the window is
+    words ``[start, start + min(n, width))`` and always holds ``j``."""
+    return max(0, min(j - width // 2, n - width))
+
+
+def positions_seeing_a_word(n: int, width: int) -> int:
+    """Exactly the largest number, over the words ``k`` of an ``n``-word document, of OTHER
+    positions ``j ≠ k`` whose window (:func:`window_start`) holds ``k``: the number of draws that
+    one replaced word can move. ``n − 1`` for ``n ≤ 2·width − 1``, ``width + width//2 − 1`` for
+    ``n ≥ 2·width`` (``width ≥ 1``)."""
+    if n <= 1:
+        return 0
+    w = min(n, width)
+    cover = np.zeros(n + 1, dtype=np.int64)
+    for j in range(n):
+        s = window_start(j, n, width)
+        cover[s] += 1
+        cover[s + w] -= 1
+    return int(np.cumsum(cover)[:n].max()) - 1
+
+
+def max_positions_per_word(width: int) -> int:
+    """``2(width − 1)``: the largest :func:`positions_seeing_a_word` over every document length
+    (reached at ``n = 2·width − 1``; at least 1, so that a guarantee is never 0). Proof: a word
+    ``k`` lies in window ``j`` iff ``window_start(j) ∈ [k − width + 1, k]``; that interval holds
+    at most ``width`` distinct starts, start 0 is shared by ``width//2 + 1`` positions, the last
+    start by ``width − width//2`` and every other start by one position, so at most
+    ``2·width − 1`` positions, ``k`` itself included."""
+    return max(1, 2 * (int(width) - 1))
+
+
 def _load_mlm(model):
-    """``(textdp MaskedLM or _HFMaskedModel, name)`` for ``model`` (None: the default)."""
+    """``(textdp MaskedLM or _HFMaskedModel, public name, local path or None)`` for ``model`` (None:
+    the default). The public name of a folder is :func:`textdp.sanitize.document.model_identity`
+    (no local path)."""
     from textdp.models.mlm import MaskedLM, default_mlm
+    from textdp.sanitize.document import model_identity
 
     path = model if model is not None else os.environ.get(ENV_MODEL)
     if path is None:
-        return default_mlm(), "textdp default MLM (BERT, word-level, trained on BBC News: public)"
+        return default_mlm(), "textdp default MLM (BERT, word-level, trained on BBC News: public)", None
     from pathlib import Path
 
     p = Path(path).expanduser()
@@ -75,9 +130,9 @@ def _load_mlm(model):
         raise ParameterError(f"dp-mlm model {str(p)!r} is not a folder (give a textdp MLM folder or a local "
                              "Hugging Face masked-LM folder)")
     if MaskedLM.is_textdp_dir(p):
-        return MaskedLM.load(p), str(path)
+        return MaskedLM.load(p), model_identity(p), str(p)
     if (p / "config.json").is_file():
-        return _HFMaskedModel(p), str(path)
+        return _HFMaskedModel(p), model_identity(p), str(p)
     raise ParameterError(f"dp-mlm model {str(p)!r} holds neither a textdp MLM (textdp_mlm.json) nor a Hugging Face "
                          "model (config.json)")
 
@@ -136,7 +191,7 @@ class _HFMaskedModel:
         n, width = len(words), self.window
         rows = []
         for j in range(n):
-            s = max(0, min(j - width // 2, n - width))
+            s = window_start(j, n, width)
             w = list(words[s:s + width])
             w[j - s] = self.tok.mask_token
             rows.append(w)
@@ -156,7 +211,8 @@ class DPMLM(DocumentSanitizer):
     model: a textdp word-level MLM folder, a local Hugging Face masked-LM folder (whole words masked
         by one [MASK]; outputs restricted to whole-word tokens; 64 words of context), or None
         (textdp's default MLM trained on BBC News; or ``$TEXTDP_DP_MLM_MODEL``).
-    epsilon: per-token epsilon (sets ``T = 2(b_u − b_l)/epsilon``).
+    epsilon: the paper's per-POSITION epsilon ε_pos (sets ``T = 2(b_u − b_l)/epsilon``); the
+        guarantee per replaced word is ``2(W − 1) · (ε_pos + epsilon0)`` (module docstring).
     b_l, b_u: logit clipping bounds, ``b_l < b_u``. Defaults -7, 7: measured with the default MLM on
         40 BBC News test documents (public; 120M logits): 1 % quantile of all logits -6.7, median of
         each position's largest logit 6.1 (95 %: 7.5).
@@ -178,7 +234,7 @@ class DPMLM(DocumentSanitizer):
         self.b_l, self.b_u, t = check_clip(b_l, b_u, temperature)
         span = 2.0 * (self.b_u - self.b_l)
         if t is None and epsilon is None:
-            raise ParameterError("dp-mlm needs epsilon (per token) or temperature")
+            raise ParameterError("dp-mlm needs epsilon (per position) or temperature")
         if t is None:
             t = span / float(epsilon)
             if not (math.isfinite(t) and t > 0):
@@ -186,7 +242,7 @@ class DPMLM(DocumentSanitizer):
         implied = span / t
         if epsilon is not None and not math.isclose(float(epsilon), implied, rel_tol=1e-9):
             raise ParameterError(f"epsilon {float(epsilon):g} and temperature {t:g} disagree: with b_l={self.b_l:g}, "
-                                 f"b_u={self.b_u:g}, T={t:g} means epsilon {implied:.6g} per token (give one of them)")
+                                 f"b_u={self.b_u:g}, T={t:g} means epsilon {implied:.6g} per position (give one of them)")
         self.temperature = t
         self.epsilon = float(epsilon) if epsilon is not None else implied
         self.epsilon_token = implied
@@ -194,7 +250,8 @@ class DPMLM(DocumentSanitizer):
                          rng=rng, block_bytes=block_bytes, workers=workers, eta=eta, device=device)
         self.model_arg = None if model is None else str(model)
         self._default_model = model is None and not os.environ.get(ENV_MODEL)
-        self.mlm, self.model_name = _load_mlm(model)
+        #: the model's public name (card) and its local path (the curator's terminal only; None: default)
+        self.mlm, self.model_name, self.model_path = _load_mlm(model)
         self.mlm.to(self.device)
         from textdp.embeddings import Embeddings
 
@@ -242,7 +299,7 @@ class DPMLM(DocumentSanitizer):
         inp = np.empty((n, w + 2), dtype=np.int64)
         centre = np.empty(n, dtype=np.int64)
         for j in range(n):
-            s = max(0, min(j - width // 2, n - width))
+            s = window_start(j, n, width)
             inp[j, 1:w + 1] = ids[s:s + w]
             inp[j, j - s + 1] = MASK
             centre[j] = j - s + 1
@@ -277,17 +334,25 @@ class DPMLM(DocumentSanitizer):
 
     # ------------------------------------------------------------------ guarantee and card
     @property
+    def positions_per_word(self) -> int:
+        """``2(W − 1)``: the most draws one replaced word can move, over every document length
+        (:func:`max_positions_per_word` of :attr:`window`)."""
+        return max_positions_per_word(self.window)
+
+    @property
     def guarantee(self):
+        """LocalDP per word token, neighbours "replace-one": ``2(W − 1) · (ε_pos + epsilon0)``."""
         from textdp.accounting.guarantees import LocalDP
 
-        return LocalDP(epsilon=self.epsilon_token + self.sampling_epsilon0, unit="token",
-                       neighbours="per position; documents of equal length L: L times it")
+        return LocalDP(epsilon=self.positions_per_word * (self.epsilon_token + self.sampling_epsilon0), unit="token",
+                       neighbours="replace-one")
 
     def parameters(self) -> dict:
         p = {"epsilon": self.epsilon, "eta": self.eta, "b_l": self.b_l, "b_u": self.b_u,
-             "temperature": self.temperature}
+             "temperature": self.temperature, "epsilon_per_position": self.epsilon_token,
+             "context_window_words": self.window, "positions_per_word": self.positions_per_word}
         if self.model_arg is not None:
-            p["model"] = self.model_arg
+            p["model"] = self.model_name  # never the local path (it may hold a user name)
         return p
 
     def model_info(self) -> dict:
@@ -301,15 +366,22 @@ class DPMLM(DocumentSanitizer):
 
     def card_units(self) -> dict:
         e0 = self.sampling_epsilon0
+        w, c = self.window, self.positions_per_word
         return {
-            "epsilon": "per token (the paper's unit): each position's word is a 2(b_u - b_l)/T-LDP exponential "
-                       "mechanism over the MLM's clipped logits, for ANY two contexts",
-            "per_document": "two documents of the same length L: L x (epsilon + epsilon0) (every position's context "
-                            "window holds the other words, so one changed word changes the law of every position "
-                            "that sees it); documents of different lengths are NOT protected (the output keeps the "
+            "epsilon": f"per word token, neighbours replace-one (two documents of the same number of words that "
+                       f"differ in one word): 2(W - 1) x (epsilon_per_position + epsilon0) = {c} x "
+                       f"({self.epsilon_token:.6g} + {e0:.3g}), W = {w} words of context. A position's own word is "
+                       "masked, so a word reaches the output only through the other positions whose window holds "
+                       f"it: L - 1 of them for L <= {2 * w - 1} words, {w + w // 2 - 1} for longer documents, at "
+                       f"most {c} (at L = {2 * w - 1})",
+            "epsilon_per_position": "the --epsilon given (the paper's per-token epsilon): each position's word is a "
+                                    "2(b_u - b_l)/T-LDP exponential mechanism over the MLM's clipped logits, for ANY "
+                                    "two contexts; it is NOT the protection of a word",
+            "per_document": "two documents of the same length L (any words differing): L x (epsilon_per_position + "
+                            "epsilon0); documents of different lengths are NOT protected (the output keeps the "
                             "input's number of words and its layout)",
-            "neighbours": "documents with the same number of word tokens",
-            "epsilon0": f"additive per token ({e0:.3g}): {self.epsilon0_meaning()}",
+            "neighbours": "replace-one: documents with the same number of word tokens that differ in one",
+            "epsilon0": f"additive per position ({e0:.3g}): {self.epsilon0_meaning()}",
         }
 
     def epsilon0_meaning(self) -> str:
@@ -317,7 +389,10 @@ class DPMLM(DocumentSanitizer):
 
     def card_warnings(self) -> list[str]:
         return ["DP-MLM keeps the input's number of words and its layout (spaces, line breaks): the document "
-                "length is released unprotected; epsilon is per token, L x epsilon per document of L words",
+                "length is released unprotected",
+                f"--epsilon is per position ({self.epsilon_token:g}); one replaced word moves up to "
+                f"{self.positions_per_word} positions (their context windows hold it), so the guarantee per word is "
+                f"{self.guarantee.epsilon:.6g}; per document of L words it is L x {self.epsilon_token:g}",
                 "the masked LM is textdp's small word-level BERT trained on public text (no pretrained MLM head "
                 "installs offline): replacements are weak in meaning"
                 if self._default_model else
@@ -327,6 +402,7 @@ class DPMLM(DocumentSanitizer):
 REGISTERED = (
     ("dp-mlm", DPMLM,
      "DP-MLM (Meisenbacher et al. 2024): each word masked in context and redrawn from softmax(clip(MLM logits)/T); "
-     "2(b_u-b_l)/T LDP per token, L times it per document of L words", ("sanitize", "document-level", "ldp",
+     "2(W-1) x 2(b_u-b_l)/T LDP per replaced word (W: the MLM's context window), L x 2(b_u-b_l)/T per document "
+     "of L words", ("sanitize", "document-level", "ldp",
                                                                         "language-model")),
 )

@@ -32,6 +32,9 @@ document.
 
 Model: any local causal LM folder or GGUF file (``model=``), by default the offline Gemma 3 270M
 (:func:`textdp.models.pretrained.load_causal_lm`; ``$TEXTDP_CAUSAL_LM`` overrides the default).
+The card names it by its folder or file name and a short hash of its configuration and tokenizer
+files (:func:`textdp.sanitize.document.model_identity`), never by its local path; the curator's
+terminal shows the path.
 Utility needs a small T, i.e. a large epsilon per document: with the defaults (``b_l=-14``,
 ``b_u=22``, ``N=64``) ``T = 1`` means epsilon = 64 x 72 = 4608 per document.
 """
@@ -118,6 +121,12 @@ class DPPrompt(DocumentSanitizer):
 
         self.model_arg = None if model is None else str(model)
         self.lm = load_causal_lm(model, self.device)
+        from textdp.sanitize.document import model_identity
+
+        #: the model's full path: the curator's terminal only (it may hold a user name)
+        self.model_path = str(self.lm.path)
+        #: its public name on the card: folder/file name + hash of its config and tokenizer files
+        self.model_id = model_identity(self.lm.path)
         self._setup_vocabulary()
 
     # ------------------------------------------------------------------ vocabulary
@@ -233,15 +242,12 @@ class DPPrompt(DocumentSanitizer):
              "max_input_tokens": self.max_input_tokens, "prompt": self.prompt,
              "epsilon_per_token": self.epsilon_token}
         if self.model_arg is not None:
-            p["model"] = self.model_arg
+            p["model"] = self.model_id  # never the local path (it may hold a user name)
         return p
 
     def model_info(self) -> dict:
         info = dict(self.lm.info)
-        if self.model_arg is None:  # the default model's file in the user's cache: its name only
-            from pathlib import Path
-
-            info["path"] = Path(info["path"]).name
+        info["path"] = self.model_id  # name + content hash of config/tokenizer files, never the local path
         info["name"] = info.get("model_type") or "causal-lm"
         return info
 
