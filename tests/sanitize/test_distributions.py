@@ -272,6 +272,9 @@ def test_santext_plus_edge_parameters(make_emb):
     none = SanTextPlus(emb, epsilon=1.0, w=0.0, p=0.0, rng=0).fit(texts)
     assert none.sanitize(texts) == texts  # nothing sensitive, nothing resampled
     assert math.isinf(none.guarantee.epsilon0)
+    for seed in range(16):  # refused whatever the keep/resample coins say (the failure must not depend on them)
+        with pytest.raises(ParameterError, match="no sensitive word"):
+            SanTextPlus(emb, epsilon=1.0, w=0.0, p=0.5, rng=seed).fit(texts).sanitize(["w1"])
     with pytest.raises(ParameterError, match="no sensitive word"):
         SanTextPlus(emb, epsilon=1.0, w=0.0, p=0.5, rng=0).fit(texts).sanitize(texts)
     for bad in (dict(w=1.5), dict(w=-0.1), dict(p=float("nan")), dict(p=2)):

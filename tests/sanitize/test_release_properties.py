@@ -209,7 +209,7 @@ def test_corpus_vocabulary_card_does_not_depend_on_the_corpus(tmp_path, name):
     a, _ = _corpora()
     neighbour = ["good film . fun story", "boring plot , xyzzy actor qwerty", "great scene ; fun", "one more"]
     cards = [_release(tmp_path, sub, name, docs, "--output-vocabulary", "corpus")[0]
-             for sub, docs in (("a", a), ("b", neighbour), ("c", ["movie"]))]
+             for sub, docs in (("a", a), ("b", neighbour), ("c", ["movie scene , plot"]))]
     for c in cards:
         c.pop("created")
     assert cards[0] == cards[1], f"{name}: neighbouring corpora give different cards"

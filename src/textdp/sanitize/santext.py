@@ -218,6 +218,8 @@ class SanTextPlus(TokenSanitizer):
         return self.sensitive_rows
 
     def _draw(self, rows, key, streams, positions, progress) -> np.ndarray:
+        if len(rows) and self.p > 0:  # before any coin: whether the release fails must not depend on the draws
+            self._need_sensitive()
         sens = self._sensitive_mask[rows]
         resample = sens.copy()
         non = np.flatnonzero(~sens)
