@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml requirements-data.txt Makefile
 	$(PY) -m pip install --quiet "torch==2.13.0"
 	$(PY) -m pip install --quiet -e ".[nlp,privacy,topics,data,dev]"
 	$(PY) -m pip install --quiet --no-deps -r requirements-data.txt
+	$(PY) -m pip install --quiet "pypantera==1.0.2"   # peer-agreement tests of the sanitizers (issue 15); the rest of the bench extra is for benchmarks
 	$(PY) -m pip install --quiet "atheris>=2.3" || echo "atheris did not install: the fuzz test is skipped"
 	touch $(STAMP)
 
