@@ -53,10 +53,12 @@ def test_manifest_entries_are_well_formed():
 
 
 @pytest.mark.parametrize("entry", _params())
-def test_documented_output(entry: Entry, tmp_path):
+def test_documented_output(entry: Entry):
     block = find_block(entry, BLOCKS)
     assert block is not None, f"{entry.id}: block not found in {entry.file}"
-    results = run_entry(entry, block, tmp_path)
+    # the runner's own short temporary folder (/tmp/textdp-docs-XXXXXXXX), as `docblocks.py run` uses: pytest's
+    # tmp_path grows with its run counter (pytest-99 -> pytest-100), and a longer path wraps an 80-column line
+    results = run_entry(entry, block)
     failures = [f"$ {r.command}\n{r.problem}" for r in results if r.problem]
     assert not failures, (f"{entry.file}:{block.line} ({entry.id}) no longer shows what the code prints; "
                           f"run `python tests/docs/docblocks.py run {entry.id}` and paste the real output:\n\n"
