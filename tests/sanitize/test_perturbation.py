@@ -24,7 +24,8 @@ from textdp.errors import ParameterError
 from textdp.noise import keyed, make_rng
 from textdp.noise.keyed import ReleaseKey
 from textdp.sanitize import make_mechanism
-from textdp.sanitize.perturbation import FBDD, Mahalanobis, Vickrey, bernoulli_per_token, regularized_covariance
+from textdp.noise.keyed import keyed_bernoulli_per_token as bernoulli_per_token
+from textdp.sanitize.perturbation import FBDD, Mahalanobis, Vickrey, regularized_covariance
 
 DISTRIBUTION_TESTED = ("mahalanobis", "vickrey")
 AUDITED = ("fbdd", "mahalanobis", "vickrey")

@@ -60,7 +60,7 @@ from textdp.errors import ParameterError
 
 __all__ = [
     "ReleaseKey", "MAIN", "COIN", "UNIFORM", "MIX", "MIX_PICK", "chacha20_block", "keyed_words",
-    "keyed_uniform_below", "keyed_bernoulli", "keyed_laplace_vectors", "LAPLACE_TRUNCATION",
+    "keyed_uniform_below", "keyed_bernoulli", "keyed_bernoulli_per_token", "keyed_laplace_vectors", "LAPLACE_TRUNCATION",
     "BITS", "BITS_TIE", "keyed_bernoulli_bits",
 ]
 
@@ -402,6 +402,26 @@ def keyed_bernoulli(key: ReleaseKey, streams, positions, purpose: int, p: float)
     out = np.empty(s.size, dtype=np.bool_)
     draw = _np_bernoulli if _use_numpy(s.size) else _kernels()._bernoulli_kernel
     draw(k, s, pos, _purpose(purpose), np.asarray(words, dtype=np.uint64), out)
+    return out
+
+
+def keyed_bernoulli_per_token(key: ReleaseKey, streams, positions, purpose: int, p) -> np.ndarray:
+    """Exact Bernoulli(``p[i]``) per token, each a float in [0, 1]: the same draw as
+    ``keyed_bernoulli(key, streams[i], positions[i], purpose, p[i])`` token by token (the first
+    62-bit word of the stream against ``floor(p 2^62)``, vectorised; on equality, probability
+    ``2^-62``, that token's remaining words through :func:`keyed_bernoulli`)."""
+    p = np.asarray(p, dtype=np.float64).reshape(-1)
+    s = np.asarray(streams, dtype=np.int64).reshape(-1)
+    pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+    if p.size and not (np.all(p >= 0.0) and np.all(p <= 1.0)):
+        raise ParameterError("probabilities must be in [0, 1]")
+    if s.size == 0:
+        return np.zeros(0, dtype=bool)
+    u = keyed_words(key, s, pos, purpose, 1)[:, 0] >> np.uint64(2)
+    w0 = np.floor(np.ldexp(p, 62)).astype(np.uint64)  # exact: a power-of-two scaling of p < 1 (p = 1: 2^62)
+    out = u < w0
+    for i in np.flatnonzero((u == w0) & (p > 0.0) & (p < 1.0)):  # pragma: no cover - probability 2^-62
+        out[i] = bool(keyed_bernoulli(key, s[i:i + 1], pos[i:i + 1], purpose, float(p[i]))[0])
     return out
 
 

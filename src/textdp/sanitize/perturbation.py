@@ -21,7 +21,6 @@ do not depend on the other rows of its block or on the chunking) and the uniform
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -29,7 +28,7 @@ from textdp.accounting import MetricDP
 from textdp.errors import ParameterError
 from textdp.noise import keyed, make_rng
 from textdp.noise.keyed import ReleaseKey
-from textdp.sanitize.base import TokenSanitizer, _single_threaded_blas, check_unit
+from textdp.sanitize.base import TokenSanitizer, check_unit, run_blocks
 
 #: rows of one nearest-word GEMM (fixed: the last block of a call is padded with zero rows)
 SEARCH_ROWS = 256
@@ -214,17 +213,7 @@ class EmbeddingPerturbation(TokenSanitizer):
             out[s:e] = self._select(q, first, second, key, streams[s:e], positions[s:e])
             return e - s
 
-        with _single_threaded_blas():
-            if self.workers > 1 and len(blocks) > 1:
-                with ThreadPoolExecutor(max_workers=self.workers) as pool:
-                    for k in pool.map(run, range(len(blocks))):
-                        if progress is not None:
-                            progress(k)
-            else:
-                for i in range(len(blocks)):
-                    k = run(i)
-                    if progress is not None:
-                        progress(k)
+        run_blocks(run, len(blocks), self.workers, progress)
         out = self.output_rows[out]
         mix = np.flatnonzero(keyed.keyed_bernoulli(key, streams, positions, keyed.MIX, self.eta))
         if len(mix):  # the uniform share (class docstring)
@@ -446,28 +435,8 @@ class Vickrey(Mahalanobis):
         swap = ok & ((d2 < d1) | ((d2 == d1) & (second < first)))  # order the pair in float64
         w1, w2 = np.where(swap, second, first), np.where(swap, first, second)
         d1, d2 = np.where(swap, d2, d1), np.where(swap, d1, d2)
-        keep_first = bernoulli_per_token(key, streams, positions, keyed.COIN, self.first_probability(d1, d2))
+        keep_first = keyed.keyed_bernoulli_per_token(key, streams, positions, keyed.COIN, self.first_probability(d1, d2))
         return np.where(keep_first | ~ok, w1, w2)
-
-
-def bernoulli_per_token(key: ReleaseKey, streams, positions, purpose: int, p) -> np.ndarray:
-    """Exact Bernoulli(``p[i]``) per token, each a float in [0, 1]: the same draw as
-    ``keyed.keyed_bernoulli(key, streams[i], positions[i], purpose, p[i])`` token by token (the first
-    62-bit word of the stream against ``floor(p 2^62)``, vectorised; on equality, probability
-    ``2^-62``, that token's remaining words through :func:`textdp.noise.keyed.keyed_bernoulli`)."""
-    p = np.asarray(p, dtype=np.float64).reshape(-1)
-    s = np.asarray(streams, dtype=np.int64).reshape(-1)
-    pos = np.asarray(positions, dtype=np.int64).reshape(-1)
-    if p.size and not (np.all(p >= 0.0) and np.all(p <= 1.0)):
-        raise ParameterError("probabilities must be in [0, 1]")
-    if s.size == 0:
-        return np.zeros(0, dtype=bool)
-    u = keyed.keyed_words(key, s, pos, purpose, 1)[:, 0] >> np.uint64(2)
-    w0 = np.floor(np.ldexp(p, 62)).astype(np.uint64)  # exact: a power-of-two scaling of p < 1 (p = 1: 2^62)
-    out = u < w0
-    for i in np.flatnonzero((u == w0) & (p > 0.0) & (p < 1.0)):  # pragma: no cover - probability 2^-62
-        out[i] = bool(keyed.keyed_bernoulli(key, s[i:i + 1], pos[i:i + 1], purpose, float(p[i]))[0])
-    return out
 
 
 REGISTERED = (
