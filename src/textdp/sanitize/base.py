@@ -137,6 +137,23 @@ def _single_threaded_blas():
         yield
 
 
+def run_blocks(run: Callable[[int], int], n_blocks: int, workers: int,
+               progress: Callable[[int], None] | None = None) -> None:
+    """Call ``run(i)`` for every block ``i < n_blocks`` (on ``workers`` threads when more than one block),
+    BLAS single-threaded meanwhile; ``progress(k)`` with the token count each call returns, as blocks end."""
+    with _single_threaded_blas():
+        if workers > 1 and n_blocks > 1:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for k in pool.map(run, range(n_blocks)):
+                    if progress is not None:
+                        progress(k)
+        else:
+            for i in range(n_blocks):
+                k = run(i)
+                if progress is not None:
+                    progress(k)
+
+
 def check_epsilon(epsilon) -> float:
     """A positive finite float, else ParameterError (named ``--epsilon``, as the CLI option).
 
@@ -228,7 +245,47 @@ class _Fitted:
     oov_tokens: int = 0
 
 
-class TokenSanitizer:
+class ReleaseKeys:
+    """The release keys of a sanitizer (token- or document-level): ``rng`` None (a fresh 256-bit key from
+    the OS per release), an int seed (the i-th release's key derived from the seed and i; not for release)
+    or a ``numpy.random.Generator`` (keys drawn from it). Sets ``seed_info`` for the card."""
+
+    def _init_keys(self, rng) -> None:
+        self._gen = None  # a caller's Generator, which release keys are drawn from
+        self._seed = None
+        if isinstance(rng, np.random.Generator):
+            self._gen = rng
+            self.seed_info = {"seeded": None, "seed": None, "generator": "ChaCha20 (per-record keyed streams)",
+                              "note": "keys drawn from a caller-supplied generator"}
+        else:
+            src = random_source(rng)  # validates the seed
+            self._seed = src.seed
+            self.seed_info = src.describe()
+            self.seed_info["generator"] = "ChaCha20 (per-record keyed streams, 256-bit key)"
+        self._n_keys = 0
+        self._release_key: ReleaseKey | None = None
+
+    def _next_key(self) -> ReleaseKey:
+        """A new release key: from the caller's Generator, from the seed and the release's number,
+        or fresh from the OS."""
+        i = self._n_keys
+        self._n_keys += 1
+        if self._gen is not None:
+            return ReleaseKey.from_generator(self._gen)
+        if self._seed is not None:
+            return ReleaseKey.from_seed(self._seed, release=i)
+        return ReleaseKey.fresh()
+
+    def begin_release(self) -> None:
+        """Start a release made of several calls (chunks of one file): the chunks passed to
+        :meth:`sanitize_with_stats` with ``first_record=`` share this release's key, and the
+        record index (``first_record`` + position in the chunk) addresses each document's
+        streams. A seeded mechanism's first release uses the same key as its first
+        stand-alone call, so the CLI and the API give the same seeded output."""
+        self._release_key = self._next_key()
+
+
+class TokenSanitizer(ReleaseKeys):
     """Base class: vocabulary fitting, OOV policy, tokenization and text rebuild.
 
     Parameters (shared by all mechanisms):
@@ -362,19 +419,7 @@ class TokenSanitizer:
         if self.eta * 2.0**52 < len(self.embeddings):  # every outcome keeps >= 2^10 integer weight units
             raise ParameterError(f"eta={self.eta:g} is too small for {len(self.embeddings)} words "
                                  f"(need eta >= {len(self.embeddings) * 2.0**-52:.3g})")
-        self._gen = None  # a caller's Generator, which release keys are drawn from
-        self._seed = None
-        if isinstance(rng, np.random.Generator):
-            self._gen = rng
-            self.seed_info = {"seeded": None, "seed": None, "generator": "ChaCha20 (per-record keyed streams)",
-                              "note": "keys drawn from a caller-supplied generator"}
-        else:
-            src = random_source(rng)  # validates the seed
-            self._seed = src.seed
-            self.seed_info = src.describe()
-            self.seed_info["generator"] = "ChaCha20 (per-record keyed streams, 256-bit key)"
-        self._n_keys = 0
-        self._release_key: ReleaseKey | None = None
+        self._init_keys(rng)
         self._tokenizer = None
         self._fitted: _Fitted | None = None
         self._prepared = False
@@ -505,6 +550,15 @@ class TokenSanitizer:
         return np.fromiter((idx.get(w.lower() if low else w, -1) for w in arr.reshape(-1).tolist()),
                            dtype=np.int64, count=arr.size)
 
+    def _known_rows(self, words) -> np.ndarray:
+        """:meth:`input_rows` of ``words`` after :meth:`_prepare`, for the exact-law methods: ParameterError
+        if one has no embedding (an out-of-vocabulary token's law is the OOV policy's, not the mechanism's)."""
+        self._prepare()
+        rows = self.input_rows(words)
+        if (rows < 0).any():
+            raise ParameterError("probabilities needs in-vocabulary words")
+        return rows
+
     def output_positions(self, rows) -> np.ndarray:
         """Column of each embedding row in the output vocabulary (-1 if not an output word)."""
         self._prepare()
@@ -531,26 +585,6 @@ class TokenSanitizer:
         """The mechanism: output rows for ``rows``, token ``i`` drawing from stream
         ``(streams[i], positions[i])`` under ``key`` (:mod:`textdp.noise.keyed`)."""
         raise NotImplementedError
-
-    # ------------------------------------------------------------------ keys
-    def _next_key(self) -> ReleaseKey:
-        """A new release key: from the caller's Generator, from the seed and the release's number,
-        or fresh from the OS."""
-        i = self._n_keys
-        self._n_keys += 1
-        if self._gen is not None:
-            return ReleaseKey.from_generator(self._gen)
-        if self._seed is not None:
-            return ReleaseKey.from_seed(self._seed, release=i)
-        return ReleaseKey.fresh()
-
-    def begin_release(self) -> None:
-        """Start a release made of several calls (chunks of one file): the chunks passed to
-        :meth:`sanitize_with_stats` with ``first_record=`` share this release's key, and the
-        record index (``first_record`` + position in the chunk) addresses each document's
-        streams. A seeded mechanism's first release uses the same key as its first
-        stand-alone call, so the CLI and the API give the same seeded output."""
-        self._release_key = self._next_key()
 
     def probabilities(self, words) -> np.ndarray:
         """Exact output distribution: float64 ``(k, V_out)`` rows over :attr:`output_words`."""
@@ -813,17 +847,7 @@ class TokenSanitizer:
 
         if numba:
             sampling.load_blas()
-        with _single_threaded_blas():
-            if workers > 1 and len(blocks) > 1:
-                with ThreadPoolExecutor(max_workers=workers) as pool:
-                    for k in pool.map(run, range(len(blocks))):
-                        if progress is not None:
-                            progress(k)
-            else:
-                for i in range(len(blocks)):
-                    k = run(i)
-                    if progress is not None:
-                        progress(k)
+        run_blocks(run, len(blocks), workers, progress)
         return result
 
     def _exp_sample_torch(self, rows, out_rows, key, streams, positions, progress) -> np.ndarray:

@@ -344,10 +344,7 @@ class CusText(TokenSanitizer):
         return self._probabilities(words, ideal=True)
 
     def _probabilities(self, words, ideal: bool) -> np.ndarray:
-        self._prepare()
-        rows = self.input_rows(words)
-        if (rows < 0).any():
-            raise ParameterError("probabilities needs in-vocabulary words")
+        rows = self._known_rows(words)
         grp = self._input_groups(rows)
         law = self._laws(rows, grp, ideal=ideal)
         if not ideal:

@@ -312,10 +312,7 @@ class Diffractor(TokenSanitizer):
     def probabilities(self, words) -> np.ndarray:
         """The exact law sampled: float64 ``(k, V_out)``, the mixture over the lists of the integer
         weights normalised (rows sum to 1)."""
-        self._prepare()
-        rows = self.input_rows(words)
-        if (rows < 0).any():
-            raise ParameterError("probabilities needs in-vocabulary words")
+        rows = self._known_rows(words)
         cols = self._input_cols(rows)
         n = len(self.output_rows)
         out = np.zeros((len(rows), n))
@@ -329,10 +326,7 @@ class Diffractor(TokenSanitizer):
     def ideal_probabilities(self, words) -> np.ndarray:
         """The paper's law in float64 (clamped two-sided geometric on the index, no uniform share),
         mixed over the lists: ``(k, V_out)``."""
-        self._prepare()
-        rows = self.input_rows(words)
-        if (rows < 0).any():
-            raise ParameterError("probabilities needs in-vocabulary words")
+        rows = self._known_rows(words)
         cols = self._input_cols(rows)
         n = len(self.output_rows)
         a = math.exp(-self.epsilon)

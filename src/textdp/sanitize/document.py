@@ -35,7 +35,6 @@ documents, not even at the float level.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,10 +42,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from textdp.errors import ParameterError
-from textdp.noise import DEFAULT_ETA, ExactCategorical, categorical_discretisation_epsilon, random_source
+from textdp.noise import DEFAULT_ETA, ExactCategorical, categorical_discretisation_epsilon
 from textdp.noise import keyed
 from textdp.noise.keyed import ReleaseKey
-from textdp.sanitize.base import SanitizeStats, check_epsilon
+from textdp.sanitize.base import ReleaseKeys, SanitizeStats, check_epsilon
 
 __all__ = ["DocumentSanitizer", "clipped_law", "clipped_draw", "check_clip", "model_identity"]
 
@@ -142,7 +141,7 @@ class _DocFitted:
     oov_tokens: int = 0
 
 
-class DocumentSanitizer:
+class DocumentSanitizer(ReleaseKeys):
     """Base class of the document-level sanitizers: keys, fitting counts, the release loop and the
     card hooks the CLI (:mod:`textdp.cli.sanitize`) uses.
 
@@ -200,19 +199,7 @@ class DocumentSanitizer:
         self.device = resolve_device(device)
         self.workers = 1
         self.block_bytes = block_bytes
-        self._gen = None
-        self._seed = None
-        if isinstance(rng, np.random.Generator):
-            self._gen = rng
-            self.seed_info = {"seeded": None, "seed": None, "generator": "ChaCha20 (per-record keyed streams)",
-                              "note": "keys drawn from a caller-supplied generator"}
-        else:
-            src = random_source(rng)
-            self._seed = src.seed
-            self.seed_info = src.describe()
-            self.seed_info["generator"] = "ChaCha20 (per-record keyed streams, 256-bit key)"
-        self._n_keys = 0
-        self._release_key: ReleaseKey | None = None
+        self._init_keys(rng)
         self._fitted: _DocFitted | None = None
         self.last_stats: SanitizeStats | None = None
 
@@ -241,21 +228,6 @@ class DocumentSanitizer:
 
     def _prepare(self) -> None:
         """Nothing to build from the data (the law depends on each document only)."""
-
-    # ------------------------------------------------------------------ keys
-    def _next_key(self) -> ReleaseKey:
-        i = self._n_keys
-        self._n_keys += 1
-        if self._gen is not None:
-            return ReleaseKey.from_generator(self._gen)
-        if self._seed is not None:
-            return ReleaseKey.from_seed(self._seed, release=i)
-        return ReleaseKey.fresh()
-
-    def begin_release(self) -> None:
-        """Start a release made of several calls (chunks of one file); see
-        :meth:`textdp.sanitize.base.TokenSanitizer.begin_release`."""
-        self._release_key = self._next_key()
 
     # ------------------------------------------------------------------ the release
     def sanitize(self, texts: Iterable[str], progress: Callable[[int], None] | None = None) -> list[str]:

@@ -58,18 +58,12 @@ class SanText(TokenSanitizer):
         """The exact law each word is sampled from: float64 ``(k, V_out)``, the
         integer weights of the float-safe sampler normalised (``(1 - eta) p + eta/V``
         up to a relative ``~1e-8``)."""
-        self._prepare()
-        rows = self.input_rows(words)
-        if (rows < 0).any():
-            raise ParameterError("probabilities needs in-vocabulary words")
+        rows = self._known_rows(words)
         return self._exp_realised(rows, self.output_rows)
 
     def ideal_probabilities(self, words) -> np.ndarray:
         """The paper's ``exp(-eps d/2) / Z`` in float64 (no uniform mix), ``(k, V_out)``."""
-        self._prepare()
-        rows = self.input_rows(words)
-        if (rows < 0).any():
-            raise ParameterError("probabilities needs in-vocabulary words")
+        rows = self._known_rows(words)
         return self._exp_probabilities(rows, self.output_rows)
 
 
@@ -245,10 +239,7 @@ class SanTextPlus(TokenSanitizer):
         return self._probabilities(words, ideal=True)
 
     def _probabilities(self, words, ideal: bool) -> np.ndarray:
-        self._prepare()
-        rows = self.input_rows(words)
-        if (rows < 0).any():
-            raise ParameterError("probabilities needs in-vocabulary words")
+        rows = self._known_rows(words)
         out = np.zeros((len(rows), len(self.output_rows)))
         cols = self._out_pos[self.sensitive_rows]
         if len(self.sensitive_rows):

@@ -189,10 +189,7 @@ class TEM(TokenSanitizer):
         return self._exp_sample(rows, self.output_rows, key, streams, positions, progress)
 
     def _rows(self, words) -> np.ndarray:
-        self._prepare()
-        rows = self.input_rows(words)
-        if (rows < 0).any():
-            raise ParameterError("probabilities needs in-vocabulary words")
+        rows = self._known_rows(words)
         return rows
 
     def probabilities(self, words) -> np.ndarray:
