@@ -250,6 +250,13 @@ class ReleaseKeys:
     the OS per release), an int seed (the i-th release's key derived from the seed and i; not for release)
     or a ``numpy.random.Generator`` (keys drawn from it). Sets ``seed_info`` for the card."""
 
+    def __new__(cls, *args, **kwargs):
+        # the constructor call, kept so that an engine can rebuild the mechanism on a worker
+        # (textdp.engines.base.ReleasePlan) without shipping its embedding table
+        obj = super().__new__(cls)
+        obj._init_call = (args, dict(kwargs))
+        return obj
+
     def _init_keys(self, rng) -> None:
         self._gen = None  # a caller's Generator, which release keys are drawn from
         self._seed = None
