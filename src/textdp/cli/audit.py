@@ -14,6 +14,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from typer.core import TyperGroup
 
 from textdp.cli._common import err_console, handle_errors, opt_json, opt_overwrite, opt_quiet, opt_seed, out_console, print_json, progress
 from textdp.cli._common import parse_floats
@@ -164,8 +165,45 @@ def _print_grid(result) -> None:
     _print_float_notes(mechs)
 
 
+#: ``textdp audit SUBCOMMAND``: audits added beside ``textdp audit -m …`` / ``--grid …``, each in its own
+#: module (which defines ``register(app)`` registering exactly that name), imported only when it runs or
+#: its help is shown; a name whose module does not exist (yet) is not listed.
+SUBCOMMANDS = {
+    "sanitizer": "textdp.cli.audit_sanitizer",
+}
+
+
+class _AuditCommand(TyperGroup):
+    """``textdp audit``: a command with its own options (``-m``, ``--grid``, ...: the vector-mechanism
+    audit, run when no subcommand is given) and the subcommands of :data:`SUBCOMMANDS`."""
+
+    def __init__(self, **kwargs):
+        kwargs["invoke_without_command"] = True
+        super().__init__(**kwargs)
+
+    def list_commands(self, ctx) -> list[str]:
+        import importlib.util
+
+        return [n for n, mod in SUBCOMMANDS.items() if importlib.util.find_spec(mod) is not None]
+
+    def get_command(self, ctx, cmd_name: str):
+        import importlib
+        import importlib.util
+
+        cmd = self.commands.get(cmd_name)
+        mod = SUBCOMMANDS.get(cmd_name)
+        if cmd is not None or mod is None or importlib.util.find_spec(mod) is None:
+            return cmd
+        from typer.main import get_command
+
+        sub = typer.Typer(add_completion=False)
+        importlib.import_module(mod).register(sub)
+        cmd = self.commands[cmd_name] = get_command(sub)
+        return cmd
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("audit")
+    @app.command("audit", cls=_AuditCommand)
     @handle_errors
     def audit(
         ctx: typer.Context,
@@ -203,12 +241,17 @@ def register(app: typer.Typer) -> None:
 
         Examples: textdp audit -m laplace -e 1 --dims 1,8,128 --samples 1e7;
         textdp audit --grid habernal2022 --output results/ --plot;
-        textdp audit -m mymech.py:privatize -e 2 --dims 16
+        textdp audit -m mymech.py:privatize -e 2 --dims 16.
+        Other audits are subcommands: textdp audit sanitizer NAME (metric-DP audit of a word sanitizer).
         """
+        from textdp.cli._options import refuse_unused
+
+        if ctx.invoked_subcommand is not None:  # `textdp audit SUBCOMMAND ...`: this command's options do not apply
+            refuse_unused(ctx, f"belongs to `textdp audit` itself; give the options of `textdp audit "
+                               f"{ctx.invoked_subcommand}` after its name", *ctx.params)
+            return
         from textdp import audit as A
         from textdp.audit.grid import GRIDS, GridResult, grid_work, write_grid_outputs
-
-        from textdp.cli._options import refuse_unused
 
         if list_mechanisms:  # options that do not apply are refused, never silently ignored
             refuse_unused(ctx, "does not apply to --list (it prints the auditable mechanisms and exits)",
