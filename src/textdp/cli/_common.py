@@ -197,3 +197,31 @@ def opt_quiet():
 
 def opt_json():
     return typer.Option(False, "--json", help="Print a machine-readable summary on stdout.")
+
+
+def opt_engine(what: str = "the work"):
+    """``--engine local|dask|spark`` (issue 16): where ``what`` runs."""
+    return typer.Option("local", "--engine", help=f"Where {what} runs: local (this process) | dask (a Dask "
+                        "cluster: --scheduler ADDRESS, else a local cluster of --workers processes) | spark (a "
+                        "Spark session: --scheduler MASTER-URL, else local[--workers]). Needs the engines extra: "
+                        "pip install 'textdp[engines]'.")
+
+
+def opt_scheduler():
+    """``--scheduler ADDRESS`` of a running Dask scheduler or Spark master."""
+    return typer.Option(None, "--scheduler", help="Address of a running cluster: a Dask scheduler "
+                        "(tcp://HOST:8786) or a Spark master URL (spark://HOST:7077). Default: a local one.")
+
+
+def engine_from_options(engine: str, scheduler, workers):
+    """The :class:`textdp.engines.Engine` the options name (ParameterError for a bad one);
+    ``None`` for the plain local path (``--engine local`` without a scheduler)."""
+    from textdp.engines import get_engine
+
+    if str(engine).strip().lower() == "local":
+        if scheduler is not None:
+            from textdp.errors import ParameterError
+
+            raise ParameterError("--scheduler applies to --engine dask or spark, not local")
+        return None
+    return get_engine(engine, workers=workers, scheduler=scheduler)
