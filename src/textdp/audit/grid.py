@@ -155,12 +155,16 @@ def run_grid(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
     compare_published: bool = True,
+    engine=None,
 ) -> GridResult:
     """Run every cell of a grid with :func:`textdp.audit.audit_mechanism`.
 
     grid: ``"habernal2022"`` or a :class:`GridSpec`; mechanisms / epsilons / dims / samples
     override the grid's. Each cell gets an independent child seed of ``seed``. ``progress``
     is called with the number of noise coordinates (records × n) just finished.
+    ``engine`` (a :class:`textdp.engines.Engine`): run the cells as tasks on that engine's workers
+    (one task per mechanism × ε × dimension cell, each with its own child seed, so the result is
+    the same as in this process; ``progress`` then advances as whole cells finish).
     Returns a :class:`GridResult`.
     """
     if isinstance(grid, str):
@@ -179,7 +183,18 @@ def run_grid(
     seeds = _cell_seeds(seed, len(mechs) * len(epss) * len(dd))
     cells = []
     i = 0
-    for m in mechs:
+    if engine is not None:
+        items, sizes = [], []
+        for m in mechs:
+            for e in epss:
+                for n in dd:
+                    items.append((m, e, n, N, alpha, seeds[i], strong, statistic, sampler, workers))
+                    sizes.append(2 * (N + (max(1, math.ceil(0.1 * N)) if strong else 0)) * n)
+                    i += 1
+        done = iter(sizes)
+        cells = engine.map(_grid_cell, items, progress=(lambda k: progress(sum(next(done) for _ in range(k))))
+                           if progress else None)
+    for m in mechs if engine is None else ():
         for e in epss:
             for n in dd:
                 cb = (lambda k, n=n: progress(k * n)) if progress else None
@@ -191,6 +206,13 @@ def run_grid(
                 "strong": strong, "seed": simulation_source(seed).describe(),
                 "simulation_rng": simulation_statement(seed)}
     return GridResult(spec.name, cells, published, time.perf_counter() - t0, settings)
+
+
+def _grid_cell(item):
+    """One grid cell as an engine task (see :func:`run_grid`)."""
+    m, e, n, N, alpha, seed, strong, statistic, sampler, workers = item
+    return audit_mechanism(m, e, n, N, alpha, seed, strong=strong, statistic=statistic, sampler=sampler,
+                           workers=workers)
 
 
 def grid_work(mechanisms, dims, epsilons, samples: int, selection_fraction: float = 0.1, strong: bool = True) -> int:

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from textdp.cli._common import esc, err_console, handle_errors, out_console, opt_json, opt_overwrite, opt_quiet, opt_seed, \
+from textdp.cli._common import engine_from_options, opt_engine, opt_scheduler, esc, err_console, handle_errors, out_console, opt_json, opt_overwrite, opt_quiet, opt_seed, \
     print_json, progress
 
 __all__ = ["register", "evaluate_command"]
@@ -66,7 +66,10 @@ def evaluate_command(
                                             "--pretraining: word-mlm (textdp's small word-level MLM) | "
                                             "minilm (continued MLM training of MiniLM itself)."),
     workers: int = typer.Option(1, "--workers", help="Run the cells in N worker processes (one thread each; "
-                                "e.g. 2 on a 2-core machine). Results do not depend on N."),
+                                "e.g. 2 on a 2-core machine); with --engine dask|spark, the engine's workers. "
+                                "Results do not depend on N."),
+    engine: str = opt_engine("the cells (one task per mechanism × ε)"),
+    scheduler: Optional[str] = opt_scheduler(),
     output: Path = typer.Option(Path("evaluate-output"), "--output", "-o", help="Report folder (results.csv, "
                                 "results.json, *.png, report.html; cache/ lets an interrupted sweep resume)."),
     device: str = opt_device(),
@@ -91,6 +94,10 @@ def evaluate_command(
     atk = [] if attacks.strip().lower() == "none" else [a.lower() for a in _split(attacks, "--attacks")]
     if workers < 1:
         raise ParameterError(f"--workers must be >= 1, got {workers}")
+    if engine.strip().lower() not in ("local", "dask", "spark"):
+        raise ParameterError(f"--engine must be local, dask or spark, got {engine!r}")
+    if scheduler is not None and engine.strip().lower() == "local":
+        raise ParameterError("--scheduler applies to --engine dask or spark, not local")
     if epochs is not None and epochs < 1:
         raise ParameterError(f"--epochs must be >= 1, got {epochs}")
     from textdp.evaluate import SweepConfig
@@ -159,15 +166,19 @@ def evaluate_command(
     from textdp.evaluate import run_sweep
     from textdp.evaluate.sweep import cell_keys
 
+    eng = engine_from_options(engine, scheduler, workers)
     with progress(quiet) as bar:
         lines = _ProgressLines(bar, cell_keys(cfg))
         try:
             res = run_sweep(cfg, output, overwrite=overwrite, progress=lines.cell_done, stage=lines.stage,
-                            workers=workers)
+                            workers=workers, engine=eng)
         except KeyboardInterrupt as exc:  # finished cells stay in OUTPUT/cache/ (that is how a sweep resumes)
             exc.textdp_kept = (f"no report was written; finished cells are kept in {str(Path(output) / 'cache')} "
                                "and the same command resumes from them")
             raise
+        finally:
+            if eng is not None:
+                eng.close()
         lines.finish()
     df = res.rows
     if json_out:

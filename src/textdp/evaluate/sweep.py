@@ -358,7 +358,7 @@ def _write_json(path: Path, obj) -> None:
 
 def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = False,
               progress: Callable[[str, int, int], None] | None = None,
-              stage: Callable[[str], None] | None = None, workers: int = 1) -> SweepResult:
+              stage: Callable[[str], None] | None = None, workers: int = 1, engine=None) -> SweepResult:
     """Run the sweep and write its report into folder ``output`` (see the module docstring).
 
     ``progress(label, done, total)`` is called after each cell (label: its :func:`cell_key`;
@@ -367,7 +367,11 @@ def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = Fals
     ``"writing the report"`` for that step only). ``workers > 1`` runs the cells that are not cached in that many
     worker processes (spawned; one BLAS/torch thread each; the default attack MLM is
     trained or loaded once before they start); results are identical to
-    ``workers=1`` because every cell draws from its own seed. Refuses an ``output``
+    ``workers=1`` because every cell draws from its own seed. ``engine`` (a
+    :class:`textdp.engines.Engine`, e.g. ``get_engine("dask", workers=2)``) runs the cells that are
+    not cached on that engine's workers instead (one cell per task; the output folder must be on a
+    file system the workers share, since each cell caches its sanitized text there); results are
+    identical to ``workers=1``. Refuses an ``output``
     that already holds a finished report unless ``overwrite`` (cached cells are
     reused either way; delete ``OUTPUT/cache`` to recompute). Raises ParameterError /
     InputError / OutputError.
@@ -425,7 +429,16 @@ def run_sweep(config: SweepConfig, output: str | Path, *, overwrite: bool = Fals
     if progress:  # the cells taken from the cache, one call each (label "KEY (cached)")
         for i, key in enumerate(k for k in keys if k in recs):
             progress(f"{key} (cached)", i + 1, len(cells))
-    if workers > 1 and len(todo) > 1:
+    if engine is not None and todo:
+        if "mask" in cfg.attacks:
+            _mlm(cfg, state, say)  # train (and cache) the default MLM once, not in every worker
+        wcfg = replace(cfg, model_options={k: v for k, v in cfg.model_options.items() if not callable(v)})
+        todo.sort(key=lambda c: (c[0] == CLEAN, c[0] != "fbdd"))
+        say(f"{len(todo)} cells on the {engine.name} engine ({engine.workers} workers)")
+        items = [(wcfg, m, e, k, train, test, str(cache)) for m, e, k in todo]
+        for (m, e, k), rec in zip(todo, engine.map(_cell_task, items)):
+            finish(k, rec)
+    elif workers > 1 and len(todo) > 1:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -472,6 +485,11 @@ def _cell_job(cfg, mech_name, eps, key, train, test, cache: str) -> dict:
     if "torch" in sys.modules:  # pragma: no cover - spawned workers import torch lazily
         sys.modules["torch"].set_num_threads(1)
     return _run_cell(cfg, mech_name, eps, key, train, test, Path(cache), {}, lambda s: None)
+
+
+def _cell_task(item) -> dict:
+    """One cell as an engine task (:meth:`textdp.engines.Engine.map` passes one argument)."""
+    return _cell_job(*item)
 
 
 def _mlm(cfg: SweepConfig, state: dict, say):
