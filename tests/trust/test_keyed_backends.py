@@ -134,3 +134,24 @@ def test_backend_variable_is_checked(monkeypatch):
     monkeypatch.setenv(keyed.BACKEND_ENV, "bogus")
     with pytest.raises(Exception, match="TEXTDP_KEYED_BACKEND"):
         keyed.keyed_words(keyed.ReleaseKey.from_seed(1), [0], [0], keyed.MAIN, 1)
+
+
+def test_record_uniforms_are_the_same_on_both_backends_and_are_the_documented_words(backend):
+    """keyed_record_uniforms (HDP-LDA's Gibbs uniforms, issue 16): both backends give the same floats; value j
+    of record r at step t is word j % 8 of the block at position t << 20 | j >> 15, block (j >> 3) & 4095;
+    a record's values do not depend on the other records requested."""
+    key = keyed.ReleaseKey.from_seed(11)
+    streams, lengths = np.array([5, 0, 17, 9, 123456789]), np.array([3, 0, 33000, 9, 1])
+    a = backend("numpy", keyed.keyed_record_uniforms, key, streams, lengths, 4)
+    b = backend("numba", keyed.keyed_record_uniforms, key, streams, lengths, 4)
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (33013,) and a.min() >= 0.0 and a.max() < 1.0
+    rec17 = a[3:3 + 33000]
+    w = keyed.keyed_words(key, [17], [4 << 20], keyed.GIBBS, 32768)[0]
+    np.testing.assert_array_equal(rec17[:32768], (w >> np.uint64(11)).astype(np.float64) * 2.0**-53)
+    w = keyed.keyed_words(key, [17], [(4 << 20) | 1], keyed.GIBBS, 232)[0]  # values 32768.. use the next position
+    np.testing.assert_array_equal(rec17[32768:], (w >> np.uint64(11)).astype(np.float64) * 2.0**-53)
+    np.testing.assert_array_equal(keyed.keyed_record_uniforms(key, [9], [9], 4), a[-10:-1])
+    assert not np.array_equal(keyed.keyed_record_uniforms(key, [9], [9], 5), a[-10:-1])  # another step
+    with pytest.raises(keyed.ParameterError):
+        keyed.keyed_record_uniforms(key, [1], [2], 2**28)

@@ -239,3 +239,23 @@ def _laplace_kernel(key, streams, positions, purpose, scale, out):
         inv = 1.0 / math.sqrt(norm2) if norm2 > 0 else 0.0
         for i in range(m):
             out[t, i] = out[t, i] * inv * radius * scale
+
+
+@njit(cache=True, nogil=True)
+def _record_uniforms_kernel(key, streams, offsets, step, purpose, out):
+    """Uniforms ``(w >> 11) 2^-53`` of records ``streams[t]``, record ``t`` filling
+    ``out[offsets[t]:offsets[t + 1]]``: its value ``j`` is word ``j & 7`` of the block at
+    position ``step << 20 | j >> 15``, block ``(j >> 3) & 4095`` of ``purpose``
+    (:func:`textdp.noise.keyed.keyed_record_uniforms`)."""
+    blk = np.empty(16, np.uint64)
+    scale = 2.0 ** -53
+    s11 = np.uint64(11)
+    for t in range(streams.size):
+        lo = offsets[t]
+        n = offsets[t + 1] - lo
+        stream = np.uint64(streams[t])
+        for j in range(n):
+            if j % 8 == 0:
+                pos = (np.uint64(step) << np.uint64(20)) | (np.uint64(j) >> np.uint64(15))
+                _block(key, _base(pos, purpose) | (np.uint64(j >> 3) & np.uint64(4095)), stream, blk)
+            out[lo + j] = float(_word(blk, j % 8) >> s11) * scale

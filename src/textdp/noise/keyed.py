@@ -61,13 +61,15 @@ from textdp.errors import ParameterError
 __all__ = [
     "ReleaseKey", "MAIN", "COIN", "UNIFORM", "MIX", "MIX_PICK", "chacha20_block", "keyed_words",
     "keyed_uniform_below", "keyed_bernoulli", "keyed_bernoulli_per_token", "keyed_laplace_vectors", "LAPLACE_TRUNCATION",
-    "BITS", "BITS_TIE", "keyed_bernoulli_bits",
+    "BITS", "BITS_TIE", "keyed_bernoulli_bits", "GIBBS", "keyed_record_uniforms",
 ]
 
 #: purposes (separate decisions about one token)
 MAIN, COIN, UNIFORM, MIX, MIX_PICK = 0, 1, 2, 3, 4
 #: purposes of :func:`keyed_bernoulli_bits` (a record's bit vector, and its tie-breaking words)
 BITS, BITS_TIE = 5, 6
+#: purpose of :func:`keyed_record_uniforms` when a Gibbs sampler draws its per-token uniforms (HDP-LDA)
+GIBBS = 7
 _BLOCKS_PER_PURPOSE = 4096
 _MASK32 = np.uint64(0xFFFFFFFF)
 #: probability that one exponential or one Box-Muller radius of :func:`keyed_laplace_vectors` is
@@ -330,6 +332,20 @@ def _np_laplace(key, s, p, purpose, scale, out) -> None:
         for i in range(m):
             out[t, i] = row[i] * inv * radius * scale
 
+def _np_record_uniforms(key, s, offsets, step, purpose, out) -> None:
+    """The numpy twin of ``_record_uniforms_kernel`` (the same words and the same floats)."""
+    lengths = np.diff(offsets)
+    nblk = -(-lengths // 8)  # blocks per record
+    first_blk = np.cumsum(nblk) - nblk  # index of each record's first block among all blocks
+    rec = np.repeat(np.arange(s.size), nblk)
+    b = (np.arange(rec.size) - first_blk[rec]).astype(np.uint64)  # block index within its record
+    pos = (np.uint64(step) << np.uint64(20)) | ((b << np.uint64(3)) >> np.uint64(15))
+    words = _np_blocks(key, _np_base(pos, purpose) | (b & np.uint64(4095)), s[rec].astype(np.uint64))
+    vals = (words >> np.uint64(11)).astype(np.float64) * 2.0**-53  # (blocks, 8)
+    j = np.arange(out.size) - np.repeat(offsets[:-1], lengths)  # value index within its record
+    out[:] = vals[np.repeat(first_blk, lengths) + j // 8, j % 8]
+
+
 # ---------------------------------------------------------------------------------------- API
 def _addr(key, streams, positions):
     if not isinstance(key, ReleaseKey):
@@ -508,4 +524,36 @@ def keyed_laplace_vectors(key: ReleaseKey, streams, positions, purpose: int, dim
         _np_laplace(k, s, p, _purpose(purpose), float(scale), out)
     else:
         _kernels()._laplace_kernel(k, s, p, _purpose(purpose), float(scale), out)
+    return out
+
+
+def keyed_record_uniforms(key: ReleaseKey, streams, lengths, step: int, purpose: int = GIBBS) -> np.ndarray:
+    """float64 ``(sum(lengths),)``: ``lengths[t]`` uniforms in [0, 1) for each record ``streams[t]``,
+    concatenated in record order, for draw round ``step`` (e.g. a Gibbs sweep; ``0 <= step < 2**28``).
+
+    Value ``j`` of record ``r`` is ``(w >> 11) 2^-53`` (53 random bits), ``w`` being word ``j % 8``
+    of the block at ``position = step << 20 | j >> 15``, ``block = (j >> 3) & 4095`` of ``purpose``
+    (one 64-bit word per value, 8 values per ChaCha20 block; a record holds up to ``2**35``
+    values). It depends only on the key, ``r``, ``step``, ``j`` and ``purpose``, never on the
+    other records requested or their order: a record's uniforms are the same in any partition,
+    on any worker, and for a retried task. Records' streams must be distinct within a release.
+    ParameterError for a bad key, negative indices or lengths, or ``step`` out of range."""
+    if not isinstance(key, ReleaseKey):
+        raise ParameterError("key must be a textdp.noise.keyed.ReleaseKey")
+    s = np.ascontiguousarray(streams, dtype=np.int64).reshape(-1)
+    n = np.ascontiguousarray(lengths, dtype=np.int64).reshape(-1)
+    if s.shape != n.shape:
+        raise ParameterError("streams and lengths must have the same length")
+    if s.size and (s.min() < 0 or n.min() < 0 or n.max() > 2**35):
+        raise ParameterError("record indices must be >= 0 and lengths in [0, 2**35]")
+    if isinstance(step, bool) or int(step) != step or not 0 <= int(step) < 2**28:
+        raise ParameterError(f"step must be an integer in [0, 2**28), got {step!r}")
+    offsets = np.zeros(s.size + 1, dtype=np.int64)
+    np.cumsum(n, out=offsets[1:])
+    out = np.empty(int(offsets[-1]), dtype=np.float64)
+    if out.size:
+        if _use_numpy(int((-(-n // 8)).sum())):
+            _np_record_uniforms(key.words, s, offsets, int(step), _purpose(purpose), out)
+        else:
+            _kernels()._record_uniforms_kernel(key.words, s, offsets, int(step), _purpose(purpose), out)
     return out

@@ -275,3 +275,39 @@ def merge_worker_counts(nwk, local, row_start, row_end):
             nwk[v, k] = s
             for p in range(P):
                 local[p, v, k] = s
+
+
+# ------------------------------------------------------------------------------------------------------------
+# HDP-LDA's fixed-view sweep over a partition of documents (any engine; exact, see textdp.topics.distributed)
+# ------------------------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def sweep_documents_fixed_phi(W, offsets, Z, phi_wk, alpha, U):
+    """One sweep with the topic-word term fixed, over whole documents: document ``d`` holds tokens
+    ``offsets[d]:offsets[d + 1]`` of ``W``/``Z``/``U``.
+
+    p(z_i = k | ·) ∝ φ_{k,w_i} · (n_{m_i,-i}^{(k)} + α), ``phi_wk`` (V, K) float64; the document's
+    topic counts are rebuilt from ``Z`` at its start, so each document depends only on its own
+    tokens, assignments and uniforms, φ and α: the same conditional and the same floating-point
+    operations as :func:`sweep_fixed_phi` (``update_word_counts=False``), hence the same draws for
+    any partition of the documents. ``Z`` (N,) int32 is updated in place; ``U`` (N,) float64."""
+    K = phi_wk.shape[1]
+    p = np.empty(K, dtype=np.float64)
+    nd = np.zeros(K, dtype=np.int32)
+    for d in range(offsets.shape[0] - 1):
+        lo = offsets[d]
+        hi = offsets[d + 1]
+        for k in range(K):
+            nd[k] = 0
+        for i in range(lo, hi):
+            nd[Z[i]] += 1
+        for i in range(lo, hi):
+            w = W[i]
+            k = Z[i]
+            nd[k] -= 1
+            cum = 0.0
+            for j in range(K):
+                cum += phi_wk[w, j] * (nd[j] + alpha)
+                p[j] = cum
+            k = _draw(p, K, U[i])
+            Z[i] = k
+            nd[k] += 1

@@ -6,10 +6,13 @@ and the accounting. Randomness: the user-side randomized response of LP/OLP-LDA 
 from per-document keyed ChaCha20 streams (:mod:`textdp.noise.keyed`; the release key is
 ``ReleaseKey.fresh()``, or ``ReleaseKey.from_seed(seed)`` for a seeded run; stream = the
 document's input index), so each document's report is the same for any chunking,
-mini-batch size or worker count. Everything else (HDP-LDA's sweeps and discrete Laplace
-noise, and the curator-side post-processing of LP/OLP-LDA: reconstruction and Gibbs
-sampling) uses one generator per run from :func:`textdp.noise.random_source` (CSPRNG
-unless seeded); all noise goes through :mod:`textdp.noise`.
+mini-batch size or worker count. HDP-LDA's Gibbs uniforms are keyed the same way (stream =
+the document's input index; :mod:`textdp.topics.distributed`), so its sweeps run over
+partitions of documents on any engine with the same result. Everything else (HDP-LDA's
+initial view and discrete Laplace noise, drawn once per release on the driver, and the
+curator-side post-processing of LP/OLP-LDA: reconstruction and Gibbs sampling) uses one
+generator per run from :func:`textdp.noise.random_source` (CSPRNG unless seeded); all noise
+goes through :mod:`textdp.noise`.
 """
 
 from __future__ import annotations
@@ -166,17 +169,36 @@ class HDPLDA:
     (:data:`HDP_MAX_SCALE`, the exact sampler's noise scale limit; 2.85e-10 with the
     defaults), else ParameterError at construction.
 
-    Sampler: always the exact single-thread chain. ``workers`` exists only to refuse values
-    other than 1 with a clear ParameterError: the approximate parallel sampler (AD-LDA,
-    ``LDA(workers>1)``) is for the non-private LDA only.
+    Sampler: the exact chain of fixed-view sweeps. Given the view, each document's new
+    assignments depend only on the view, α and the document itself, and each document draws its
+    uniforms from its own keyed stream (the sampler key: ``ReleaseKey.from_seed(seed)`` for a
+    seeded run, else fresh from the OS; stream = the document's input index; see
+    :mod:`textdp.topics.distributed`). So the sweeps run over partitions of the documents on
+    ``engine`` (a :class:`textdp.engines.Engine`, e.g. ``textdp.engines.get_engine("dask",
+    workers=2)``; default: one local worker), ``partitions`` of them (default: the engine's
+    workers), and give the same model for any engine, worker count and partitioning. The
+    initial view and every release's noise are drawn once, on the driver, from the run's
+    generator; the guarantee and the accounting do not depend on the engine. ``workers`` exists
+    only to refuse values other than 1 with a clear ParameterError: the approximate parallel
+    sampler (AD-LDA, ``LDA(workers>1)``) is for the non-private LDA only; HDP-LDA's workers are
+    the engine's.
     """
 
     privacy = "hdp"
 
     def __init__(self, n_topics: int = 20, epsilon: float = 1.0, alpha: float = 0.1, beta: float = 0.01,
                  iterations: int = 100, sweeps_per_release: int = 1, delta: float = 0.0, unit: str = "document",
-                 max_doc_length: int = 200, seed: int | None = None, ll_every: int = 10, workers: int = 1):
+                 max_doc_length: int = 200, seed: int | None = None, ll_every: int = 10, workers: int = 1,
+                 engine=None, partitions: int | None = None):
         refuse_parallel_sampler("HDP-LDA", workers)
+        from textdp.topics.distributed import check_engine
+
+        check_engine(engine)
+        self.engine = engine
+        if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, (int, np.integer))
+                                       or partitions < 1):
+            raise ParameterError(f"partitions must be a positive integer, got {partitions!r}")
+        self.partitions = None if partitions is None else int(partitions)
         self.n_topics, self.alpha, self.beta, self.iterations = check_hyperparameters(n_topics, alpha, beta,
                                                                                       iterations)
         self.epsilon = _check_eps(epsilon)
@@ -244,26 +266,35 @@ class HDPLDA:
         V = view.shape[0]
         return (view + self.beta) / (view.sum(axis=0) + V * self.beta)
 
+    def release_key(self) -> ReleaseKey:
+        """The key of the per-document Gibbs uniforms: derived from the seed (research run), else fresh
+        from the OS. Never written anywhere."""
+        return ReleaseKey.from_seed(self.seed) if self.seed is not None else ReleaseKey.fresh()
+
     def release(self, corpus: Corpus, rng: np.random.Generator, callback: Callback | None = None,
-                scale: float | None = None) -> tuple[np.ndarray, list]:
-        """Run the mechanism on an already truncated ``corpus`` with generator ``rng``; returns the last
-        released noisy view (V, K) float64 and the log-likelihood trace (curator-only). Used by :meth:`fit`
-        and by the audits (many runs from one generator)."""
+                scale: float | None = None, key: ReleaseKey | None = None) -> tuple[np.ndarray, list]:
+        """Run the mechanism on an already truncated ``corpus``: the initial view and every release's
+        noise from generator ``rng`` (on the driver), the Gibbs uniforms from ``key``'s per-document
+        streams (default: a key drawn from ``rng``), the sweeps on :attr:`engine`. Returns the last
+        released noisy view (V, K) float64 and the log-likelihood trace (curator-only). Used by
+        :meth:`fit` and by the audits (many runs from one generator)."""
+        from textdp.topics.distributed import PartitionedState, check_engine, run_fixed_view_sweeps
+
         if scale is None:
             scale = self.accounting()["scale"]
-        state = GibbsState(corpus, self.n_topics, self.alpha, self.beta, rng)
-        V, K = state.V, state.K
-        phi_wk = np.ascontiguousarray(rng.dirichlet(np.ones(V), size=K).T)  # data-independent random start
-        box = {"phi": phi_wk, "sweep": 0, "view": None}
+        if key is None:
+            key = ReleaseKey.from_generator(rng)
+        state = PartitionedState(corpus, self.n_topics, self.alpha, self.beta)
+        phi_wk = np.ascontiguousarray(rng.dirichlet(np.ones(state.V), size=state.K).T)  # data-independent start
+        box = {"view": None}
 
-        def step():
-            state.sweep_with_view(box["phi"])
-            box["sweep"] += 1
-            if box["sweep"] % self.sweeps_per_release == 0 or box["sweep"] == self.iterations:
-                box["view"] = self.noisy_view(state.nwk, scale, rng)
-                box["phi"] = np.ascontiguousarray(self._phi_from_view(box["view"]))
+        def release(nwk):
+            box["view"] = self.noisy_view(nwk, scale, rng)
+            return self._phi_from_view(box["view"])
 
-        lls = run_sweeps(state, self.iterations, self.ll_every, callback, sweep=step)
+        lls = run_fixed_view_sweeps(state, phi_wk, key, check_engine(self.engine), self.iterations,
+                                    self.sweeps_per_release, self.ll_every, callback, release,
+                                    partitions=self.partitions, streams=corpus.input_positions()[0])
         return box["view"], lls
 
     def fit(self, corpus: Corpus, callback: Callback | None = None):
@@ -278,15 +309,22 @@ class HDPLDA:
         src = random_source(self.seed)
         rng = src.generator()
         t0 = time.perf_counter()
-        view, lls = self.release(corpus, rng, callback, acc["scale"])
+        view, lls = self.release(corpus, rng, callback, acc["scale"], key=self.release_key())
         secs = time.perf_counter() - t0
         phi = self._phi_from_view(view).T.copy()
+        from textdp.topics.distributed import check_engine
+
+        engine = check_engine(self.engine).describe()  # the curator's: the model is the same on every engine
+        seed = src.describe() | {"sampler_uniforms": "per-document keyed ChaCha20 streams (textdp.noise.keyed; "
+                                                     "stream = the document's input index; key "
+                                                     + ("from the seed)" if src.seeded else "from the OS, never "
+                                                        "written)")}
         return TopicModel(topic_word=phi, vocabulary=list(corpus.vocabulary), alpha=self.alpha, beta=self.beta,
                           method="hdp-lda" if self.unit == "document" else "hdp-lda-paper", params=self.params(),
                           guarantee=self.guarantee, accounting=acc,
                           info={"preprocessing": corpus.preprocessing},
-                          private=_private_facts(corpus, secs, lls),
-                          seed=src.describe())
+                          private=_private_facts(corpus, secs, lls, engine=engine),
+                          seed=seed)
 
 
 # ------------------------------------------------------------------------------------------------------------
