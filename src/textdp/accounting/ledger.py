@@ -42,6 +42,15 @@ by the hash. A changed file (even one byte) is a different dataset with its own
 ledger: near-duplicates are NOT detected. A built-in dataset (or any plain name
 given to the Python API) uses its name: ``rotten-tomatoes.jsonl``.
 
+A dataset of parts (a folder or a glob of Parquet/CSV/JSONL files, issue 16) is identified
+by its manifest: the size and SHA-256 of each part in record order, combined into one digest
+(:func:`textdp.data.parts.manifest_identity`; a one-part dataset's identity is that file's
+own hash, so a file and a folder holding only it share one ledger). ``textdp sanitize`` has
+the engine's workers hash the parts and combines them on the driver
+(:meth:`Ledger.for_content`): the lake is never read on the driver. An in-memory frame has no
+bytes to hash: it is recorded under a name the caller gives (:meth:`Ledger.named`,
+``dataset_id=``) or in the ledger of unidentified releases (:meth:`Ledger.unidentified`).
+
 Where: ``$TEXTDP_LEDGER_DIR`` if set, else ``$TEXTDP_CACHE/ledgers`` (default
 ``~/.cache/textdp/ledgers``).
 
@@ -101,7 +110,7 @@ from textdp.accounting.composition import (
 from textdp.accounting.guarantees import Guarantee, guarantee_from_dict, positive_number
 from textdp.errors import BudgetExceededError, InputError, ParameterError
 
-__all__ = ["Ledger", "Budget", "ledger_dir", "dataset_id", "dataset_key", "hash_input", "DEFAULT_DELTA",
+__all__ = ["Ledger", "Budget", "ledger_dir", "dataset_id", "dataset_key", "hash_input", "parts_sha256", "DEFAULT_DELTA",
            "check_output_outside_ledgers", "UnboundedTermError", "CurrencyNotBudgetedError"]
 
 
@@ -151,14 +160,17 @@ def dataset_key(dataset: str | os.PathLike, sha256: str | None = None) -> tuple[
     """``(key, readable stem)`` of a dataset.
 
     A file: key = first 24 hex digits of the SHA-256 of its bytes (copies and links
-    share it), stem = its file name. A plain name (built-in dataset): key = stem =
-    the name, lower-cased. A path that does not exist raises InputError; a directory is keyed
-    by its resolved path (it has no single content). ``sha256``: the file's hash when the caller
-    already has it.
+    share it), stem = its file name. A folder or a glob of parts: the same digits of its
+    manifest identity (:func:`parts_sha256`), stem = its last component. A plain name
+    (built-in dataset): key = stem = the name, lower-cased. A path that does not exist raises
+    InputError. ``sha256``: the file's hash (or the manifest identity) when the caller already
+    has it.
     """
     from textdp.errors import InputError
 
     s = str(dataset)
+    if _is_parts(s):  # a folder or a glob of parts: its manifest identity
+        return (sha256 or parts_sha256(s))[:24], _stem_of(s)
     if _is_path(s):
         p = Path(s)
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", p.name)[:60] or "data"
@@ -181,6 +193,34 @@ def dataset_id(dataset: str | os.PathLike) -> str:
     """
     key, stem = dataset_key(dataset)
     return key if key == stem else f"{stem}-{key}"
+
+
+#: key and name of the ledger of unidentified releases (:meth:`Ledger.unidentified`)
+UNIDENTIFIED = "_unidentified"
+
+
+def _is_parts(s: str) -> bool:
+    """A folder or a glob: a dataset of parts (:mod:`textdp.data.parts`)."""
+    from textdp.data.parts import is_parts_input
+
+    return is_parts_input(s)
+
+
+def _stem_of(label: str) -> str:
+    """A readable file-name stem from a path or glob (its last component, sanitized)."""
+    name = Path(label.rstrip("/\\")).name or "data"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:60].strip("_") or "data"
+
+
+def parts_sha256(dataset: str | os.PathLike) -> str:
+    """The identity of a folder or glob of parts (:func:`~textdp.data.parts.manifest_identity`),
+    hashing every part on THIS machine (``textdp budget`` on a folder). ``textdp sanitize``
+    computes the same identity on the engine's workers instead."""
+    from textdp.data.io import file_sha256
+    from textdp.data.parts import find_parts, manifest_identity
+
+    parts = find_parts(dataset)
+    return manifest_identity([(p.stat().st_size, file_sha256(p)) for p in parts.paths])
 
 
 def hash_input(path: str | os.PathLike | None, block: int = 1 << 22) -> str | None:
@@ -247,15 +287,72 @@ class Ledger:
     """
 
     def __init__(self, dataset: str | os.PathLike, directory: str | os.PathLike | None = None):
-        self.dataset = str(dataset)
+        s = str(dataset)
+        if _is_parts(s):  # a folder or a glob of parts: its manifest, hashed on this machine
+            sha = parts_sha256(s)
+            self._setup(s, sha[:24], _stem_of(s), sha, directory)
+            return
         # the content hash at open time: what the budget protects, recorded with each release
         # (hashed once: the key of a file is the start of the same hash)
-        self.input_sha256 = hash_input(dataset) if _is_path(self.dataset) else None
-        self.key, self._stem = dataset_key(dataset, self.input_sha256)
+        sha = hash_input(dataset) if _is_path(s) else None
+        key, stem = dataset_key(dataset, sha)
+        self._setup(s, key, stem, sha, directory)
+
+    def _setup(self, dataset: str, key: str, stem: str, input_sha256: str | None, directory) -> None:
+        self.dataset = dataset
+        self.input_sha256 = input_sha256
+        self.key, self._stem = key, stem
         self.id = self.key if self.key == self._stem else f"{self._stem}-{self.key}"
         self.directory = Path(directory) if directory is not None else ledger_dir()
         self.lock_path = self.directory / f"{self.key}.lock"
         self.path = self._find()
+
+    @classmethod
+    def for_content(cls, dataset: str | os.PathLike, sha256: str,
+                    directory: str | os.PathLike | None = None) -> "Ledger":
+        """The ledger of a dataset whose content hash was computed elsewhere: a file's SHA-256, or
+        a dataset of parts' :func:`~textdp.data.parts.manifest_identity` (per-part hashes computed
+        by an engine's workers, combined on the driver; nothing is read here). ``dataset``: the
+        curator's label (a path or glob; the ledger's file name starts with its last component).
+        A file and a one-part dataset with the same bytes share one ledger; ParameterError when
+        ``sha256`` is not a SHA-256 digest."""
+        sha = str(sha256).lower()
+        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise ParameterError(f"not a SHA-256 digest: {sha[:70]!r}")
+        obj = cls.__new__(cls)
+        obj._setup(str(dataset), sha[:24], _stem_of(str(dataset)), sha, directory)
+        return obj
+
+    @classmethod
+    def named(cls, dataset_id: str, directory: str | os.PathLike | None = None) -> "Ledger":
+        """The ledger of a dataset the caller names (``dataset_id=`` of an in-memory frame: a
+        pandas, Dask, Spark or Hugging Face object has no file to hash). The name is never read
+        as a path: letters, digits, ``.``, ``_``, ``-`` (first a letter or digit, at most 81),
+        case-insensitive; the same name always means the same ledger, and a built-in dataset's
+        name is its ledger (``Ledger.named("rotten-tomatoes")`` is ``Ledger("rotten-tomatoes")``).
+        ParameterError for another name."""
+        s = str(dataset_id).strip()
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", s):
+            raise ParameterError(f"dataset_id {s[:40]!r} must be a plain name: letters, digits, '.', '_' or '-' "
+                                 "(first a letter or digit, at most 81 characters)")
+        obj = cls.__new__(cls)
+        obj._setup(s, s.lower(), s.lower(), None, directory)
+        return obj
+
+    @classmethod
+    def unidentified(cls, directory: str | os.PathLike | None = None) -> "Ledger":
+        """The ledger of releases whose dataset is not identified (an in-memory frame given
+        without ``dataset_id=``): all such releases compose in this one ledger
+        (``_unidentified.jsonl``; no plain name maps to it), so their spend is still counted,
+        but no dataset's own budget sees it: the card says the release is unidentified."""
+        obj = cls.__new__(cls)
+        obj._setup(UNIDENTIFIED, UNIDENTIFIED, UNIDENTIFIED, None, directory)
+        return obj
+
+    @property
+    def identified(self) -> bool:
+        """False for :meth:`unidentified`'s ledger."""
+        return self.key != UNIDENTIFIED
 
     def _find(self) -> Path:
         """The ledger file of this key: an existing one (any file name) or a new name."""

@@ -487,61 +487,21 @@ OOV_WARNING_SHARE = 0.2
 
 
 def card_warnings(mech) -> list[str]:
-    """The card's warnings: statements that follow from the parameters alone (never from the data)."""
-    warnings = []
-    if mech.oov == "keep":
-        warnings.append("out-of-vocabulary tokens are released unchanged (--oov keep): they have NO privacy "
-                        "protection")
-    elif mech.oov in ("unk", "drop"):
-        warnings.append(f"--oov {mech.oov}: whether a token has an embedding is released (its position "
-                        f"{'holds the unk token' if mech.oov == 'unk' else 'is removed'}): outside every guarantee")
-    if mech.output_vocabulary == "corpus":
-        from textdp.sanitize.base import CORPUS_VOCABULARY_WARNING
+    """The card's warnings (:func:`textdp.sanitize.cards.card_warnings`)."""
+    from textdp.sanitize.cards import card_warnings as warnings
 
-        warnings.append(CORPUS_VOCABULARY_WARNING)
-    warnings.extend(mech.card_warnings())
-    return warnings
+    return warnings(mech)
 
 
 def _card(mech, out, privacy_statistics, build_card, other_columns=()) -> dict:
-    """The privacy card: parameters, the guarantee and facts computed from public data only
-    (issue 12: no count, size, length, hash or name of the private input; those are printed
-    to the curator's terminal, marked private, and the ledger keeps the input's hash)."""
-    g = mech.guarantee
-    if getattr(mech, "document_level", False):  # a language model instead of an embedding table
-        return build_card(
-            mechanism=mech.name, parameters=mech.parameters(), guarantee=g, units=mech.card_units(),
-            data={"model": mech.model_info(), "output_vocabulary": mech.output_vocabulary_info(),
-                  "not_in_this_card": "no statistic of the private input (counts, lengths, vocabulary, input file "
-                                      "name or hash): those are the curator's (terminal, budget ledger); 'output' "
-                                      "is the released file's own name"},
-            randomness=mech.seed_info, statistics=mech.card_statistics(), output=Path(out).name,
-            warnings=card_warnings(mech) + ([
-                f"the other columns of the table ({', '.join(other_columns)}) are released unchanged: they are "
-                "outside the guarantee (remove them before sanitizing if they are private)"] if other_columns else []),
-            paper=mech.paper)
-    statistics = privacy_statistics(mech)
-    return build_card(
-        mechanism=mech.name,
-        parameters=mech.parameters(),
-        guarantee=g,
-        units=mech.card_units(),
-        data={"embeddings": mech.embeddings.describe(), "output_vocabulary": mech.output_vocabulary_info(),
-              "detokenization": "token spans replaced in place, whitespace kept; tokens that touch in the input "
-                                "stay glued only where the OUTPUT tokens read well glued (punctuation, clitics), "
-                                "never depending on whether a token was kept (word vocabularies); WordPieces "
-                                "joined (## glued) for BERT vocabularies; text normalised to Unicode NFC",
-              "not_in_this_card": "no statistic of the private input (counts, lengths, vocabulary, input file name "
-                                  "or hash): those are the curator's (terminal, budget ledger); 'output' is the "
-                                  "released file's own name"},
-        randomness=mech.seed_info,
-        statistics=statistics,
-        output=Path(out).name,
-        warnings=card_warnings(mech) + ([
-            f"the other columns of the table ({', '.join(other_columns)}) are released unchanged: they are outside "
-            "the guarantee (remove them before sanitizing if they are private)"] if other_columns else []),
-        paper=mech.paper,
-    )
+    """The privacy card (:func:`textdp.sanitize.cards.sanitizer_card`): parameters, the guarantee and
+    facts computed from public data only (issue 12: no count, size, length, hash or name of the
+    private input; those are printed to the curator's terminal, marked private, and the ledger
+    keeps the input's hash)."""
+    from textdp.sanitize.cards import sanitizer_card
+
+    return sanitizer_card(mech, Path(out).name, other_columns=other_columns, build=build_card,
+                          statistics=privacy_statistics)
 
 
 def _drop_none(d: dict) -> dict:
