@@ -1,0 +1,225 @@
+"""The Dask engine: partitions as tasks of a ``distributed`` cluster (issue 16).
+
+:class:`DaskEngine` runs :meth:`~textdp.engines.base.Engine.map` as one Dask task per item
+(``Client.map``) on a running cluster (``scheduler=`` its address, e.g. ``tcp://10.0.0.5:8786``)
+or on a :class:`distributed.LocalCluster` of worker processes that the engine starts on the
+loopback address (``127.0.0.1``) and closes with :meth:`DaskEngine.close`.
+
+**Faults.** A task that raises is retried (``retries=1``); a task whose worker process dies
+is rescheduled on another worker by the scheduler (up to ``distributed.scheduler.allowed-failures``,
+3 by default, then ``distributed.KilledWorker``). Because every record draws its noise from the
+release key at its global index (:mod:`textdp.engines.base`), a second run of a task computes
+the same bytes: nothing new is released.
+
+**Where the key travels.** The release key lives in the :class:`~textdp.engines.base.ReleasePlan`
+inside the mapped function (a task argument): it goes from the client to the scheduler and the
+worker over Dask's sockets and stays in their memory. It is never ``scatter``-ed: scattered data
+and task *results* are data keys that a worker may spill to its local disk under memory pressure;
+task arguments are not. Task names are the job's random id and the item number (never a hash
+of the function, which would be a hash of the key), and a failed task's log line
+(``Compute Failed ... Task: ...``) shows ``textdp-task(...)`` and ``<partition>`` instead of the
+plan and the item (so neither the key nor a partition's text reaches a worker's log). A
+LocalCluster started by the engine also has spilling turned off (results are handed to the
+driver and released as soon as each task finishes).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Callable, Sequence
+
+from textdp.engines.base import Engine, check_workers
+from textdp.errors import MissingPackageError, ParameterError
+
+__all__ = ["DaskEngine"]
+
+#: times a task that raised is run again before its error reaches the driver
+TASK_RETRIES = 1
+
+
+class _Opaque:
+    """An item as a task argument whose repr (shown in Dask's failure log) hides its content."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "<partition>"
+
+    def __reduce__(self):
+        return (_Opaque, (self.value,))
+
+
+class _Call:
+    """``fn`` as a Dask task function: unwraps the item, shows a safe repr and tokenizes as the
+    job's random id (Dask never hashes the plan the function carries)."""
+
+    __slots__ = ("fn", "name", "token")
+
+    def __init__(self, fn, name: str, token: str):
+        self.fn = fn
+        self.name = name
+        self.token = token
+
+    def __call__(self, item: _Opaque):
+        return self.fn(item.value)
+
+    def __repr__(self) -> str:
+        return f"textdp-task({self.name})"
+
+    def __dask_tokenize__(self):
+        return ("textdp-task", self.token)
+
+    def __reduce__(self):
+        return (_Call, (self.fn, self.name, self.token))
+
+
+def _import_distributed():
+    try:
+        import distributed  # noqa: F401
+    except ImportError as e:  # pragma: no cover - the engines extra is installed in CI
+        raise MissingPackageError(
+            "the dask engine needs dask[distributed]: pip install 'textdp[engines]'") from e
+    return distributed
+
+
+class DaskEngine(Engine):
+    """Partitions as tasks of a Dask ``distributed`` cluster.
+
+    ``workers``: worker processes of the LocalCluster the engine starts (one thread each; None:
+    2). ``scheduler``: address of a running scheduler (``tcp://HOST:PORT``) to use instead; the
+    engine then only connects a client and never stops that cluster, and ``workers`` must be
+    None (the cluster's own workers run the job). The cluster is started (or connected) on the
+    first :meth:`map` or :meth:`start`; :meth:`close` (or leaving a ``with`` block) stops what
+    the engine started. ParameterError for bad arguments or an unreachable scheduler;
+    MissingPackageError when ``distributed`` is not installed.
+    """
+
+    name = "dask"
+
+    def __init__(self, workers: int | None = None, scheduler: str | None = None):
+        workers = check_workers(workers)
+        if scheduler is not None:
+            if workers is not None:
+                raise ParameterError("give --scheduler or --workers, not both: a running Dask cluster "
+                                     "brings its own workers")
+            if not isinstance(scheduler, str) or not scheduler.strip():
+                raise ParameterError(f"--scheduler must be a Dask scheduler address such as "
+                                     f"tcp://127.0.0.1:8786, got {scheduler!r}")
+            scheduler = scheduler.strip()
+        self.scheduler = scheduler
+        self._n_local = workers or 2
+        self._client = None
+        self._cluster = None
+
+    # ---------------------------------------------------------------------------- life cycle
+    @property
+    def workers(self) -> int:
+        """Tasks run at once: the LocalCluster's worker processes, or the running cluster's
+        worker threads (connects to it)."""
+        if self.scheduler is None:
+            return self._n_local
+        info = self.client.scheduler_info(n_workers=-1)
+        return max(1, sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values()))
+
+    @property
+    def client(self):
+        """The ``distributed.Client`` (starts or connects on first use)."""
+        if self._client is None:
+            self.start()
+        return self._client
+
+    def start(self) -> "DaskEngine":
+        """Start the LocalCluster (or connect to ``scheduler``); does nothing when already done."""
+        if self._client is not None:
+            return self
+        _import_distributed()
+        import dask
+        from distributed import Client, LocalCluster
+
+        if self.scheduler is not None:
+            try:
+                self._client = Client(self.scheduler, timeout="20s", set_as_default=False)
+            except (OSError, TimeoutError, ValueError) as e:
+                raise ParameterError(f"cannot reach the Dask scheduler at {self.scheduler}: "
+                                     f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            return self
+        # workers inherit this config from their nanny: results never spill to a worker's disk
+        with dask.config.set({"distributed.worker.memory.target": False,
+                              "distributed.worker.memory.spill": False}):
+            cluster = LocalCluster(n_workers=self._n_local, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, host="127.0.0.1", silence_logs=logging.ERROR,
+                                   # no dashboard; the scheduler's small HTTP server (health,
+                                   # metrics) on a free loopback port instead of 8787
+                                   scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
+        try:
+            self._client = Client(cluster, set_as_default=False)
+        except BaseException:
+            cluster.close()
+            raise
+        self._cluster = cluster
+        return self
+
+    def close(self) -> None:
+        """Close the client, and the LocalCluster when the engine started it."""
+        client, cluster = self._client, self._cluster
+        self._client = self._cluster = None
+        try:
+            if client is not None:
+                client.close()
+        finally:
+            if cluster is not None:
+                cluster.close()
+
+    def describe(self) -> dict:
+        """Engine name and worker count (no address: the card travels with the release)."""
+        return {"engine": self.name, "workers": self.workers}
+
+    # ---------------------------------------------------------------------------------- map
+    def map(self, fn: Callable[[Any], Any], items: Sequence, *, description: str | None = None,
+            progress: Callable[[int], None] | None = None) -> list:
+        """``[fn(item) for item in items]`` as one Dask task per item, results in item order.
+
+        ``progress(1)`` is called on the driver as each task finishes. A task that raises is
+        retried once; one that fails for good cancels the job's other tasks and its exception
+        is raised here (its own type, with the worker's traceback)."""
+        items = list(items)
+        if not items:
+            return []
+        from distributed import as_completed
+
+        client = self.client
+        job = uuid.uuid4().hex[:16]
+        label = _label(description)
+        task = _Call(fn, label, job)
+        keys = [f"textdp-{label}-{job}-{i}" for i in range(len(items))]
+        futures = client.map(task, [_Opaque(it) for it in items], key=keys, pure=True,
+                             retries=TASK_RETRIES)
+        index = {f.key: i for i, f in enumerate(futures)}
+        out: list = [None] * len(items)
+        try:
+            for fut in as_completed(futures, loop=client.loop):
+                # raises the task's own exception (after its retries) when it failed for good
+                out[index[fut.key]] = fut.result()
+                fut.release()
+                if progress is not None:
+                    progress(1)
+        except BaseException:
+            client.cancel(futures)
+            raise
+        return out
+
+    def __repr__(self) -> str:
+        where = "scheduler" if self.scheduler is not None else f"LocalCluster({self._n_local} workers)"
+        return f"DaskEngine({where})"
+
+
+def _label(description: str | None) -> str:
+    """A short, key-safe task name from the job's description (letters, digits, dashes)."""
+    if not description:
+        return "map"
+    safe = "".join(c if c.isalnum() else "-" for c in str(description).lower()).strip("-")
+    return (safe or "map")[:24]
