@@ -148,7 +148,9 @@ def _open(dataset: str, ledger_dir, creating: bool):
 
     ``creating`` (``budget set``): the dataset must be an existing file or a built-in
     dataset name. Otherwise (show, verify) a plain name must also already have a ledger.
-    A folder, a named pipe or a device, and a ledger folder that is a file, are refused.
+    A folder or a glob of parts is identified by its manifest (every part hashed on this machine:
+    the same ledger as ``textdp sanitize FOLDER``). A named pipe or a device, and a ledger folder
+    that is a file, are refused.
     """
     from pathlib import Path
 
@@ -156,9 +158,11 @@ def _open(dataset: str, ledger_dir, creating: bool):
     from textdp.data.datasets import is_builtin, list_datasets
     from textdp.errors import InputError
 
-    if Path(dataset).is_dir():
-        raise InputError(f"{dataset[:200]!r} is a folder; a budget protects one dataset file (the file you "
-                         "pass to textdp sanitize or topics train)")
+    from textdp.data.parts import is_parts_input
+
+    if is_parts_input(dataset):  # a folder or glob of parts: identified by its manifest, hashed here (issue 16)
+        _check_ledger_dir(ledger_dir)
+        return Ledger(dataset, ledger_dir)
     if Path(dataset).exists() and not Path(dataset).is_file():
         raise InputError(f"{dataset[:200]!r} is not a regular file (a pipe or device); a budget protects one "
                          "dataset file, as textdp sanitize reads one: save it to a file first")

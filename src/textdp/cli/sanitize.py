@@ -17,7 +17,8 @@ from typing import Optional
 
 import typer
 
-from textdp.cli._common import esc, handle_errors, out_console, opt_json, opt_output, opt_overwrite, opt_quiet, opt_seed
+from textdp.cli._common import esc, handle_errors, out_console, opt_engine, opt_json, opt_output, opt_overwrite, \
+    opt_quiet, opt_scheduler, opt_seed
 
 __all__ = ["register", "sanitize_command"]
 
@@ -78,8 +79,9 @@ def _default_output(input_name: str, builtin: bool, mechanism: str) -> Path:
 
 @handle_errors
 def sanitize_command(
-    input: str = typer.Argument("rotten-tomatoes", help="A built-in dataset name (see `textdp datasets`) or a "
-                                "CSV/TSV/JSONL/Parquet/TXT file."),
+    input: str = typer.Argument("rotten-tomatoes", help="A built-in dataset name (see `textdp datasets`), a "
+                                "CSV/TSV/JSONL/Parquet/TXT file, or a folder or quoted glob of such parts "
+                                "('lake/*.parquet'; the output is then a folder of parts)."),
     mechanism: str = typer.Option("santext", "--mechanism", "-m", help=MECHANISM_HELP),
     epsilon: float = typer.Option(..., "--epsilon", "-e", help="Privacy parameter: per token and per unit of the "
                                   "mechanism's distance (santext, fbdd, tem: Euclidean embedding distance; mahalanobis: "
@@ -120,8 +122,12 @@ def sanitize_command(
     json_out: bool = opt_json(),
     chunk_size: int = typer.Option(50_000, "--chunk-size", help="Documents per streamed chunk."),
     block_mb: float | None = typer.Option(None, "--block-size", help="MiB per block of word distributions per worker (float64; at least 16 words per block). Default: 256 for the numba kernel (at most 64 words per block), 32 for the numpy fallback."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Threads of the SanText / SanText+ sampler on "
-                                          "the CPU (default: min(4, CPUs)); the output is the same for any number."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="--engine local: threads of the SanText / "
+                                          "SanText+ sampler on the CPU (default: min(4, CPUs)). --engine dask|spark: "
+                                          "the engine's workers (a local cluster of N processes, local[N]); each "
+                                          "samples in one thread. The output is the same for any number."),
+    engine: str = opt_engine("the parts (one task per input part; a file, folder or glob)"),
+    scheduler: Optional[str] = opt_scheduler(),
     device: str = typer.Option("cpu", "--device", help="cpu (default) | cuda (or cuda:N) | auto: where SanText and "
                                "SanText+ sample (the same law and seeded draws on a GPU, except at float ties; "
                                "fbdd samples on the CPU). auto = cuda when torch sees a CUDA device."),
@@ -165,7 +171,19 @@ def sanitize_command(
     device = resolve_device("cpu" if not cls.torch_sampler and device.strip().lower() == "auto" else device)
     if not cls.torch_sampler and device != "cpu":
         raise ParameterError(f"--device {device}: {mech_name} has no GPU sampler; use --device cpu")
-    if workers is not None:
+    # --engine dask|spark, or a folder/glob input: the output is a folder of parts (sanitize_parts)
+    eng_name = str(engine).strip().lower()
+    if eng_name not in ("local", "dask", "spark"):
+        raise ParameterError(f"--engine must be local, dask or spark, got {engine!r}")
+    if scheduler is not None and eng_name == "local":
+        raise ParameterError("--scheduler applies to --engine dask or spark, not local")
+    from textdp.data.parts import is_parts_input
+
+    parts_mode = eng_name != "local" or is_parts_input(input)
+    if workers is not None and eng_name != "local":  # the engine's workers; each samples in one thread
+        if workers < 1:
+            raise ParameterError(f"--workers must be a positive number of engine workers, got {workers}")
+    elif workers is not None:
         if workers < 1:
             raise ParameterError(f"--workers must be a positive number of threads, got {workers}")
         if not cls.supports_workers and workers > 1:
@@ -187,6 +205,12 @@ def sanitize_command(
     else:
         kwargs.update(w=w, p=p, frequencies=frequencies)
     kwargs.update(parse_params(mech_name, param or []))
+    if parts_mode:
+        if eng_name != "local":
+            kwargs["workers"] = 1  # one sampler thread per engine task: the engine's workers share the cores
+        return _sanitize_parts_command(
+            input, output, mech_name, embeddings, epsilon, kwargs, eng_name, scheduler, workers, text_column, split,
+            limit, chunk_size, overwrite, quiet, json_out, ledger_dir, no_ledger, force, seed, t0)
 
     # ---- input and output paths
     builtin = is_builtin(input)
@@ -319,6 +343,125 @@ def sanitize_command(
     if not quiet:  # every card warning (the corpus-vocabulary statement included), then the private ones
         from textdp.cli._common import err_console
 
+        for w in warnings:
+            err_console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False, soft_wrap=True)
+        for w in private_warnings:
+            err_console.print(f"[yellow]warning (private):[/] {esc(w)}", highlight=False, soft_wrap=True)
+    if json_out:
+        from textdp.cli._common import print_json
+
+        print_json(summary)
+    elif not quiet:
+        _print_summary(summary, seed)
+    return summary
+
+
+def _sanitize_parts_command(input, output, mech_name, embeddings, epsilon, kwargs, eng_name, scheduler, workers,
+                            text_column, split, limit, chunk_size, overwrite, quiet, json_out, ledger_dir, no_ledger,
+                            force, seed, t0):
+    """``textdp sanitize`` for a folder or glob of parts, or on --engine dask|spark: a thin layer over
+    :func:`textdp.engines.parts.sanitize_parts` (progress over parts, terminal summary)."""
+    from textdp.cli._common import engine_from_options, err_console
+    from textdp.cli._common import progress as make_progress
+    from textdp.cli.budget import NOT_RECORDED, announce_forced
+    from textdp.data.datasets import is_builtin
+    from textdp.engines import LocalEngine
+    from textdp.engines.parts import CARD_NAME, sanitize_parts
+    from textdp.errors import ParameterError
+    from textdp.sanitize import make_mechanism
+
+    if is_builtin(input) and not Path(input).exists():
+        raise ParameterError(f"--engine {eng_name} reads files, folders or globs of parts; the built-in dataset "
+                             f"{input!r} runs with --engine local")
+    if split != "all":
+        raise ParameterError("--split applies only to built-in datasets")
+    if limit is not None:
+        raise ParameterError("--limit applies to a single file on --engine local (a folder of parts is released "
+                             "whole)")
+    if output is not None and not str(output).strip():
+        raise ParameterError("--output is empty; give a folder name such as out/ (it receives the parts)")
+    default_name = output is None
+    if output is None:
+        src = Path(input)
+        if not src.is_dir():
+            raise ParameterError("give --output FOLDER: the release of a glob or of a file on --engine "
+                                 f"{eng_name} is a folder of parts")
+        out = src.resolve().with_name(f"{src.resolve().name}.{mech_name.replace('+', 'plus')}")
+    else:
+        out = Path(output)
+    mech = make_mechanism(mech_name, embeddings, epsilon, **kwargs)
+    engine = engine_from_options(eng_name, scheduler, workers) or LocalEngine()
+    with make_progress(quiet=quiet) as bar:
+        tasks: dict = {}
+        labels = {"reading": "reading the parts (sizes, hashes)",
+                  "sanitizing": f"sanitizing ({mech.name}, eps={epsilon:g})"}
+
+        def progress(stage, done, total):
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(labels.get(stage, stage), total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        try:
+            r = sanitize_parts(input, out, mech, engine=engine, text_column=text_column, overwrite=overwrite,
+                               ledger=False if no_ledger else (ledger_dir or True), force=force, progress=progress,
+                               chunk_size=chunk_size, command=f"sanitize --mechanism {mech_name} --engine {eng_name}",
+                               card_fields={"ledger": NOT_RECORDED} if no_ledger else None,
+                               on_reserved=announce_forced)
+        finally:
+            engine.close()
+    if no_ledger and not quiet:  # one warning when the dataset (identified by its manifest) has a budget
+        from textdp.accounting.ledger import Budget, Ledger
+        from textdp.errors import TextDPError
+
+        try:
+            led = Ledger.for_content(input, r.dataset_sha256, ledger_dir)
+            budgets = led.budgets() if led.exists() else {}
+        except (TextDPError, OSError, ValueError):
+            budgets = {}
+        if budgets:
+            caps = "; ".join(Budget.describe(b) for b in budgets.values())
+            err_console.print(f"[bold yellow]warning:[/] --no-ledger: this release is not recorded in the budget "
+                              f"ledger of the dataset, which has a budget ({esc(caps)}): its spend is not counted; "
+                              "the card says it is not recorded", highlight=False, soft_wrap=True)
+    stats = r.stats
+    total_s = time.perf_counter() - t0
+    warnings = r.card_data.get("warnings") or []
+    private_warnings = []
+    if stats.tokens and stats.oov_tokens / stats.tokens > OOV_WARNING_SHARE:
+        private_warnings.append(
+            f"{stats.oov_tokens / stats.tokens:.0%} of the tokens have no embedding in {mech.embeddings.source} "
+            f"(handled by --oov {mech.oov}): check that the embeddings match the text's language, casing and "
+            "tokenization")
+    if default_name:
+        private_warnings.append(f"the output folder is named after the input ({out.name}); the name travels with "
+                                "the release and its card: rename it (or pass --output) if the input's name is "
+                                "private")
+    summary = {
+        "input": str(input), "output": str(out), "card": str(out / CARD_NAME), "mechanism": mech.name,
+        "guarantee": mech.guarantee.describe(),
+        "worst_case_epsilon_per_token": getattr(mech.guarantee, "worst_case_epsilon", None),
+        "output_vocabulary": mech.output_vocabulary_info(),
+        "engine": r.engine, "parts": r.parts,
+        "private": {
+            "note": "exact statistics of the private input: not in the card; do not publish",
+            "documents": stats.documents, "tokens": stats.tokens,
+            "changed_tokens": stats.changed_tokens, "share_changed": round(stats.share_changed, 4),
+            "oov_tokens": stats.oov_tokens, "oov_policy": stats.oov_policy,
+            "dataset_sha256": r.dataset_sha256,
+            "warnings": private_warnings,
+            "seconds_total": round(total_s, 3), "seconds_sanitizing": round(r.seconds.get("sanitizing", 0.0), 3),
+            "tokens_per_second": (round(stats.tokens / r.seconds["sanitizing"])
+                                  if r.seconds.get("sanitizing", 0) > 0 else None),
+        },
+        "seeded": seed is not None,
+        "warnings": warnings,
+        "ledger": None if r.ledger is None else str(r.ledger),
+    }
+    if getattr(mech, "document_level", False):
+        summary["document_level"] = True
+        if getattr(mech, "model_path", None):
+            summary["model_path"] = mech.model_path
+    if not quiet:
         for w in warnings:
             err_console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False, soft_wrap=True)
         for w in private_warnings:
@@ -544,6 +687,10 @@ def _print_summary(s: dict, seed) -> None:
         if p["tokens_per_second"] else ""
     t.add_row("time", f"{p['seconds_total']:.2f} s total, {p['seconds_sanitizing']:.2f} s sanitizing ({tps}; "
                       "private too)")
+    if "engine" in s:  # a folder of parts
+        e = s["engine"]
+        t.add_row("engine", esc(f"{e['engine']} ({e['workers']} worker{'s' if e['workers'] != 1 else ''}), "
+                                f"{s['parts']:,} part{'s' if s['parts'] != 1 else ''} (one task each)"))
     t.add_row("output", esc(str(s["output"])))
     t.add_row("privacy card", esc(str(s["card"])))
     if seed is not None:
