@@ -1,10 +1,16 @@
-"""How much can an attacker reconstruct? Lower bounds on reconstruction error.
+"""How much can an attacker reconstruct? Lower bounds on reconstruction error, upper bounds on success.
 
 Implements Guo, Karrer, Chaudhuri & van der Maaten, "Bounding Training Data Reconstruction
 in Private (Deep) Learning" (ICML 2022): the (2, ε)-RDP bound (Theorem 1), the Cramér–Rao
 bound from Fisher information leakage (Theorem 2), FIL of the Gaussian mechanism, of output
 perturbation and of DP-SGD (with a per-example FIL accountant), and the informed attack
 that checks the bounds. See docs/bounds.md.
+
+Reconstruction success (:mod:`textdp.bounds.rero`): Hayes, Mahloujifar & Balle (NeurIPS 2023)
+and Kaissis et al. (2023) bound the probability that any reconstruction succeeds, 1 − f(κ) at
+the prior's baseline κ, from dp-accounting's privacy-loss distributions; for token sanitizers
+the exact Bayes optimum sits beside it (:func:`token_reconstruction`). The comparison figure
+with Guo's bounds and the measured attacks is :mod:`textdp.bounds.rero_compare`.
 
 Units: every bound is a per-coordinate mean squared error E‖ẑ − z‖²/d in the data's
 units², for one record (replace-one). ε values are per record (per document for the
@@ -51,6 +57,19 @@ from textdp.bounds.rdp import (
     mse_to_std,
     rdp_mse_lower_bound,
 )
+from textdp.bounds.rero import (
+    RERO_MECHANISMS,
+    ReRoBound,
+    TokenReconstruction,
+    approx_dp_rero_bound,
+    gaussian_rero_bound,
+    laplace_rero_bound,
+    randomized_response_rero_bound,
+    rero_bound,
+    rero_bound_from_pld,
+    rero_mechanism,
+    token_reconstruction,
+)
 from textdp.mechanisms.registry import MechanismInfo, register
 
 __all__ = [
@@ -65,6 +84,9 @@ __all__ = [
     "GaussianMechanism", "OutputPerturbation", "EmbeddingGaussianMechanism", "gaussian_rdp_curve", "DEFAULT_ORDERS",
     "TextFeatures", "text_features", "add_bias",
     "train_dpsgd_fil", "DPSGDResult", "soft_clip_factor_max",
+    "RERO_MECHANISMS", "ReRoBound", "rero_mechanism", "rero_bound", "rero_bound_from_pld", "gaussian_rero_bound",
+    "approx_dp_rero_bound", "laplace_rero_bound", "randomized_response_rero_bound", "TokenReconstruction",
+    "token_reconstruction",
 ]
 
 

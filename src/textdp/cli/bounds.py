@@ -5,6 +5,7 @@ Thin layer over :mod:`textdp.bounds`: parsing, progress, printing.
   textdp bounds mse --card model/ --range 0,1          ... through the exact curve of a card's mechanism
   textdp bounds glm rotten-tomatoes --sigma 1e-5 ...   per-record FIL, informed attack, figure
   textdp bounds dpsgd rotten-tomatoes --epochs 3 ...   DP-SGD with per-example FIL next to ε
+  textdp bounds rero -m gaussian --sigma 1,2 ...       upper bound on reconstruction success (Hayes et al. 2023)
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from textdp.cli._common import parse_floats
 from textdp.cli._options import opt_device
 from textdp.errors import OutputError, ParameterError
 
-bounds_app = typer.Typer(help="Lower bounds on reconstruction error (RDP and Fisher information), FIL accounting.",
+bounds_app = typer.Typer(help="Lower bounds on reconstruction error (RDP and Fisher information), FIL accounting, "
+                         "upper bounds on reconstruction success (ReRo).",
                          no_args_is_help=True)
 
 
@@ -421,6 +423,197 @@ def dpsgd_cmd(
                       "unbiased per-coordinate reconstruction bound 1/η². ε: replace-one, per record, whole run; the "
                       "noise is float-safe (exact lattice sum + discrete Gaussian). "
                       "Per-example η values depend on the data: keep them private.")
+
+
+#: default baseline successes of `bounds rero`
+_RERO_KAPPAS = "1e-5,1e-4,1e-3,0.01,0.1,0.5"
+
+
+@bounds_app.command("rero")
+@handle_errors
+def rero_cmd(
+    ctx: typer.Context,
+    mechanism: str = typer.Option(..., "--mechanism", "-m", help="laplace, gaussian, dpsgd, randomized-response, dp "
+                                  "(any (ε, δ)-DP mechanism), or a token sanitizer with an exact law (santext, "
+                                  "santext+, custext, custext+, tem, 1-diffractor: its exact per-token success)."),
+    epsilon: Optional[str] = typer.Option(None, "--epsilon", "-e", help="ε, or a comma list (one column each): "
+                                          "laplace Δ₁/b per release, randomized-response per report, dp, or the "
+                                          "sanitizer's own ε."),
+    sigma: Optional[str] = typer.Option(None, "--sigma", help="gaussian: noise std; dpsgd: noise multiplier "
+                                        "(std / clip norm). A comma list gives one column each."),
+    delta: Optional[float] = typer.Option(None, "--delta", help="dp: δ of the (ε, δ) guarantee (default 0)."),
+    sensitivity: Optional[float] = typer.Option(None, "--sensitivity", help="gaussian: L2 sensitivity (default 1)."),
+    releases: Optional[int] = typer.Option(None, "--releases", help="laplace, gaussian: releases composed "
+                                           "(default 1)."),
+    sampling_rate: Optional[float] = typer.Option(None, "--sampling-rate", help="dpsgd: Poisson sampling "
+                                                  "rate q in (0, 1]."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="dpsgd: number of steps T."),
+    categories: Optional[int] = typer.Option(None, "--categories", help="randomized-response: categories k "
+                                             "(default 2)."),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="sanitizer: the public vocabulary, the "
+                                             "N most frequent GloVe words (default 200); the prior is uniform "
+                                             "over it, κ = 1/N."),
+    kappa: Optional[str] = typer.Option(None, "--kappa", help=f"Baseline success(es) κ of the prior, in (0, 1) "
+                                        f"(default {_RERO_KAPPAS}); 1/N for a uniform prior over N candidates."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a figure (PNG, PDF or SVG): the bound against "
+                                        "κ, and the token and feature games with the measured attacks and Guo's "
+                                        "bounds (about 10 s)."),
+    overwrite: bool = opt_overwrite(),
+    seed: Optional[int] = opt_seed(),
+    quiet: bool = opt_quiet(),
+    as_json: bool = opt_json(),
+):
+    """Upper bound on the success of ANY reconstruction attack (ReRo; Hayes, Mahloujifar & Balle 2023).
+
+    An informed attacker knows every record but the target, drawn from a prior whose best
+    blind guess succeeds with probability κ. With the release it succeeds with probability at
+    most 1 − f(κ), f the mechanism's trade-off curve, computed from dp-accounting's
+    privacy-loss distribution. For a token sanitizer the exact success of the best attacker
+    (the Bayes optimum) is printed beside the bound.
+    """
+    import math
+
+    import numpy as np
+
+    from textdp.bounds.rero import RERO_MECHANISMS, check_kappa, rero_mechanism
+    from textdp.cli._options import refuse_unused
+
+    sanitizer = mechanism not in RERO_MECHANISMS
+    if sanitizer:
+        from textdp.sanitize import MECHANISMS as SANITIZERS, canonical_name
+
+        try:
+            name = canonical_name(mechanism)
+        except ParameterError:
+            raise ParameterError(f"--mechanism must be one of {', '.join(RERO_MECHANISMS)} or a token sanitizer "
+                                 f"({', '.join(k for k, c in SANITIZERS.items() if getattr(c, 'exact_probabilities', False))}), "
+                                 f"got {mechanism!r}") from None
+        if not getattr(SANITIZERS[name], "exact_probabilities", False):
+            exact = [k for k, c in SANITIZERS.items() if getattr(c, "exact_probabilities", False)]
+            raise ParameterError(f"{name} has no closed-form output law, so its exact Bayes optimum cannot be computed; "
+                                 f"use one of {', '.join(exact)}")
+        mechanism = name
+    uses = {"laplace": ("epsilon", "releases"), "gaussian": ("sigma", "sensitivity", "releases"),
+            "dpsgd": ("sigma", "sampling_rate", "steps"), "randomized-response": ("epsilon", "categories"),
+            "dp": ("epsilon", "delta")}.get(mechanism, ("epsilon", "vocab_size"))
+    for opt in ("epsilon", "sigma", "delta", "sensitivity", "releases", "sampling_rate", "steps", "categories",
+                "vocab_size"):
+        if opt not in uses:
+            refuse_unused(ctx, f"does not apply to --mechanism {mechanism} (it uses "
+                          f"{', '.join('--' + u.replace('_', '-') for u in uses)})", opt)
+    if sanitizer:
+        refuse_unused(ctx, "is fixed by the prior for a sanitizer: κ = 1/--vocab-size", "kappa")
+    if plot is None:
+        refuse_unused(ctx, "replaces an existing --plot; no --plot is given", "overwrite")
+        refuse_unused(ctx, "seeds the simulated releases of --plot; no --plot is given", "seed")
+    if sampling_rate is not None:
+        _require(0 < sampling_rate <= 1, f"--sampling-rate must be in (0, 1] (the Poisson sampling probability), got "
+                                         f"{sampling_rate:g}")
+    for opt, val, lo in (("--steps", steps, 1), ("--releases", releases, 1), ("--categories", categories, 2)):
+        _require(val is None or val >= lo, f"{opt} must be at least {lo}, got {val}")
+    if delta is not None:
+        _require(0 <= delta < 1, f"--delta must be in [0, 1), got {delta:g}")
+    if sensitivity is not None:
+        _positive(sensitivity, "--sensitivity")
+    swept = "sigma" if "sigma" in uses else "epsilon"
+    text = sigma if swept == "sigma" else epsilon
+    if text is None:
+        raise ParameterError(f"--mechanism {mechanism} needs --{swept}")
+    values = _floats(text, f"--{swept}")
+    for v in values:
+        _positive(v, f"--{swept}")
+    if sanitizer:
+        V = 200 if vocab_size is None else vocab_size
+        _require(V >= 2, f"--vocab-size must be at least 2, got {V}")
+    else:
+        kap = check_kappa(_floats(kappa or _RERO_KAPPAS, "--kappa"))
+    if plot is not None:
+        from textdp.data.io import check_output_path
+
+        _require(plot.suffix.lower() in (".png", ".pdf", ".svg"),
+                 f"--plot must end in .png, .pdf or .svg, got {plot.name!r}")
+        check_output_path(plot, overwrite=overwrite)
+    sym = "σ" if swept == "sigma" else "ε"
+    res: dict = {"mechanism": mechanism}
+    curves = []
+    if sanitizer:
+        from textdp.bounds.rero_compare import token_game
+
+        with progress(quiet, transient=True) as pb:
+            pb.add_task(f"{mechanism}: exact laws over {V} words", total=None)
+            game = token_game(values, V, mechanism=mechanism, rr_epsilons=[])
+        res.update({k: v for k, v in game.to_dict().items() if k != "randomized_response"})
+        for e, r in zip(game.epsilons, game.rows):
+            if math.isfinite(r["epsilon_pairs"]):
+                curves.append((f"{mechanism} ε = {e:g} (plain-DP ε {r['epsilon_pairs']:.3g})",
+                               rero_mechanism("dp", epsilon=r["epsilon_pairs"])))
+    else:
+        per = []
+        for v in values:
+            c = rero_mechanism(mechanism, epsilon=v if swept == "epsilon" else None,
+                               sigma=v if swept == "sigma" else None, delta=delta, sensitivity=sensitivity,
+                               releases=releases, sampling_rate=sampling_rate, steps=steps, categories=categories)
+            per.append(c)
+            curves.append((f"{sym} = {v:g}", c))
+        res.update({"neighbours": per[0].neighbours, "source": per[0].source, "kappa": kap.tolist(),
+                    "bounds": [{**c.to_dict(), "bound": c.bound(kap).tolist()} for c in per]})
+    if plot is not None:
+        from textdp.bounds.rero_compare import glm_candidate_game, plot_rero, token_game
+
+        with progress(quiet, transient=True) as pb:
+            t = pb.add_task("token game (exact Bayes optimum)", total=None)
+            tok = game if sanitizer else token_game()
+            if sanitizer:
+                tok = token_game(values, V, mechanism=mechanism)
+            pb.update(t, description="feature game (simulated releases)")
+            glm = glm_candidate_game(rng=seed)
+            pb.update(t, description="drawing")
+            lo = min([1e-5] + ([float(kap.min()) / 2] if not sanitizer else [1.0 / V / 10]))
+            plot_rero(plot, curves, np.geomspace(lo, 0.99, 200), tokens=tok, glm=glm,
+                      title=f"Reconstruction success: {mechanism}")
+        res["plot"] = {"path": str(plot), "tokens": tok.to_dict(), "features": glm.to_dict(),
+                       "seed": "seeded: not for release" if seed is not None else "fresh"}
+    if as_json:
+        print_json(res)
+        return
+    if quiet and plot is not None:
+        return
+    if sanitizer:
+        out_console.print(f"Per-token reconstruction, {mechanism}, uniform prior over the {V} most frequent GloVe "
+                          f"words (κ = {1 / V:.3g}):")
+        t = Table()
+        for col in ("ε", "success (exact)", "plain-DP ε", "bound", "bound (best ref.)", "stated worst ε",
+                    "bound (stated)"):
+            t.add_column(col, justify="right")
+        for e, r in zip(game.epsilons, game.rows):
+            sw = r["epsilon_guarantee"]
+            t.add_row(f"{e:g}", f"{r['bayes_top1']:.4g}", f"{r['epsilon_pairs']:.4g}", f"{r['bound']:.4g}",
+                      f"{r['bound_reference']:.4g}", "-" if sw is None else f"{sw:.4g}",
+                      "-" if r["bound_guarantee"] is None else f"{r['bound_guarantee']:.4g}")
+        _wide().print(t)
+        out_console.print("success: the best attacker who sees one sanitized token (Bayes optimum, exact). bound: ReRo "
+                          "bound of the mechanism's plain-DP ε over these words; best ref.: the same against the "
+                          "best reference word; stated: from the mechanism's stated worst case over every accepted "
+                          "input (guarantee.worst_case_epsilon).")
+    else:
+        names = {"laplace": "Laplace mechanism", "gaussian": "Gaussian mechanism", "dpsgd": "DP-SGD",
+                 "randomized-response": "randomized response", "dp": "any (ε, δ)-DP mechanism"}
+        out_console.print(f"Reconstruction success ≤ (ReRo bound), {names[mechanism]}:")
+        t = Table()
+        t.add_column("κ", justify="right")
+        for label, _ in curves:
+            t.add_column(label, justify="right")
+        table = np.array([c.bound(kap) for c in per])
+        for i, k in enumerate(kap):
+            t.add_row(f"{k:g}", *[f"{table[j, i]:.4g}" for j in range(len(per))])
+        _wide().print(t)
+        for (label, _), c in zip(curves, per):
+            out_console.print(f"{label}: {c.describe}" if len(per) > 1 else c.describe)
+        out_console.print(f"κ: success of the best guess without the release. neighbours: {per[0].neighbours}. "
+                          f"computed from: {per[0].source}.")
+    if plot is not None and not quiet:
+        err_console.print(f"wrote {plot} (the feature game's releases are simulated with a non-cryptographic "
+                          "generator; nothing is released)", markup=False)
 
 
 def register(app: typer.Typer) -> None:
