@@ -38,6 +38,19 @@ __all__ = ["DaskEngine"]
 TASK_RETRIES = 1
 
 
+#: seconds a failed job waits for its still-running tasks before restarting the engine's own workers
+DRAIN_RESTART_S = 30.0
+
+#: worker-side states of a task that may still start or is running
+_LIVE_STATES = frozenset({"ready", "constrained", "executing", "long-running", "cancelled", "resumed"})
+
+
+def _job_tasks_on_worker(prefix: str, dask_worker=None) -> int:
+    """Run on each worker: how many tasks named ``prefix...`` it may still start or is running."""
+    return sum(1 for key, ts in list(dask_worker.state.tasks.items())
+               if isinstance(key, str) and key.startswith(prefix) and ts.state in _LIVE_STATES)
+
+
 class _Opaque:
     """An item as a task argument whose repr (shown in Dask's failure log) hides its content."""
 
@@ -184,8 +197,9 @@ class DaskEngine(Engine):
         """``[fn(item) for item in items]`` as one Dask task per item, results in item order.
 
         ``progress(1)`` is called on the driver as each task finishes. A task that raises is
-        retried once; one that fails for good cancels the job's other tasks and its exception
-        is raised here (its own type, with the worker's traceback)."""
+        retried once; one that fails for good cancels the job's other tasks, waits until none
+        of them is still running on a worker (so none can write after this returns), and its
+        exception is raised here (its own type, with the worker's traceback)."""
         items = list(items)
         if not items:
             return []
@@ -208,9 +222,34 @@ class DaskEngine(Engine):
                 if progress is not None:
                     progress(1)
         except BaseException:
+            # raise only once no task of this job can still run (and write): a late attempt must
+            # not recreate output after the driver has cleaned up a failed job
             client.cancel(futures)
+            self._drain(f"textdp-{label}-{job}-")
             raise
         return out
+
+    def _drain(self, prefix: str) -> None:
+        """Wait until no worker holds a queued or running task whose name starts with ``prefix``
+        (Dask cannot interrupt a running task; cancelling only drops its result). On the
+        LocalCluster the engine started, workers still running one after ``DRAIN_RESTART_S``
+        seconds are restarted; on a user's cluster the engine waits for them to end."""
+        import time
+
+        client = self._client
+        start = time.monotonic()
+        while True:
+            try:
+                busy = client.run(_job_tasks_on_worker, prefix)
+            except Exception:  # a worker leaving mid-call: ask again
+                busy = {"?": 1}
+            busy = {w: n for w, n in busy.items() if n}
+            if not busy:
+                return
+            if self._cluster is not None and time.monotonic() - start > DRAIN_RESTART_S:
+                client.restart_workers([w for w in busy if w != "?"])
+                start = time.monotonic()
+            time.sleep(0.1)
 
     def __repr__(self) -> str:
         where = "scheduler" if self.scheduler is not None else f"LocalCluster({self._n_local} workers)"
