@@ -202,7 +202,12 @@ def test_cli_workers(tmp_path):
     assert "approximate parallel sampler (AD-LDA" in r.output and "no inherent-privacy claim" in r.output
     card = json.loads((tmp_path / "m" / "model.card.json").read_text("utf-8"))
     assert card["parameters"]["workers"] == 2
-    for privacy, extra in (("hdp", ["--epsilon", "1"]), ("lp", ["--epsilon", "4"]), ("olp", ["--epsilon", "4"])):
+    # HDP-LDA's --workers are its engine's (partitions of documents, exact: tests/topics/test_hdp_engines.py)
+    r = CliRunner().invoke(app, base + ["--privacy", "hdp", "--epsilon", "1", "--workers", "2", "-o",
+                                        str(tmp_path / "hdp")])
+    assert r.exit_code == 0, r.output
+    assert "AD-LDA" not in r.output and "HDP-LDA's sweeps run on local (2 workers)" in r.output
+    for privacy, extra in (("lp", ["--epsilon", "4"]), ("olp", ["--epsilon", "4"])):
         r = CliRunner().invoke(app, base + ["--privacy", privacy, *extra, "--workers", "2", "-o", str(tmp_path / privacy)])
         assert r.exit_code == 2, r.output
         lines = [ln for ln in r.output.splitlines() if ln.strip()]

@@ -16,9 +16,11 @@ import typer
 from textdp.cli._common import (
     err_console,
     handle_errors,
+    opt_engine,
     opt_json,
     opt_overwrite,
     opt_quiet,
+    opt_scheduler,
     opt_seed,
     out_console,
     print_json,
@@ -143,9 +145,13 @@ def train_command(
     flip: Optional[float] = typer.Option(None, "--flip", help="lp/olp: flip probability f in (0,1) instead of --epsilon."),
     delta: float = typer.Option(0.0, "--delta", help="hdp: δ > 0 uses the PLD accountant for (ε, δ)-DP."),
     iterations: int = typer.Option(200, "--iterations", "-i", help="Gibbs sweeps (olp: per mini-batch)."),
-    workers: int = typer.Option(1, "--workers", help="--privacy none: sampler threads. N > 1 runs the approximate "
+    workers: int = typer.Option(1, "--workers", help="--privacy none: sampler threads; N > 1 runs the approximate "
                                 "parallel sampler AD-LDA (not the exact collapsed Gibbs chain; no inherent-privacy "
-                                "claim). The private methods always use the exact chain and refuse N > 1."),
+                                "claim). --privacy hdp: workers of --engine (local: threads; dask: processes of a "
+                                "local cluster; spark: local[N]), each sweeping a partition of the documents: exact, "
+                                "the same model for any N. lp/olp always use the exact chain and refuse N > 1."),
+    engine: str = opt_engine("HDP-LDA's Gibbs sweeps (--privacy hdp only: the other methods stay single-node)"),
+    scheduler: Optional[str] = opt_scheduler(),
     alpha: float = typer.Option(0.1, "--alpha", help="Symmetric document-topic prior α."),
     beta: float = typer.Option(0.01, "--beta", help="Symmetric topic-word prior β."),
     batch_size: int = typer.Option(1000, "--batch-size", help="olp: documents per mini-batch."),
@@ -181,7 +187,6 @@ def train_command(
     json_out: bool = opt_json(),
 ):
     """Train an LDA topic model (optionally differentially private) and save it with its privacy card."""
-    from textdp.data.io import check_output_dir
     from textdp.errors import ParameterError
     from textdp.topics import make_trainer
 
@@ -192,7 +197,15 @@ def train_command(
     _refuse_unused_train_options(ctx, privacy, input, prior_corpus)
     vocab = _check_vocabulary_options(min_count, max_vocab, vocabulary, quiet)
     kw = dict(n_topics=k, alpha=alpha, beta=beta, iterations=iterations, seed=seed, ll_every=1)
-    if privacy != "none" and workers != 1:
+    eng_name = str(engine).strip().lower()
+    if privacy != "hdp" and eng_name != "local":  # before any text is read or budget reserved
+        from textdp.engines import ENGINES
+        from textdp.topics.distributed import engine_refusal
+
+        if eng_name not in ENGINES:
+            raise ParameterError(f"unknown --engine {engine!r}; use one of {', '.join(ENGINES)}")
+        raise ParameterError(engine_refusal(privacy, eng_name))
+    if privacy in ("lp", "olp") and workers != 1:
         raise ParameterError(f"--workers {workers}: the approximate parallel sampler (AD-LDA) is for --privacy none "
                              f"only; --privacy {privacy} samples with the exact collapsed Gibbs chain (drop --workers)")
     if privacy == "none":
@@ -209,7 +222,38 @@ def train_command(
         kw |= dict(epsilon=epsilon, flip=flip, threshold=threshold)
         if privacy == "olp":
             kw |= dict(batch_size=batch_size, lam=lam, prior_variance=prior_variance)
+    if privacy != "hdp" and scheduler is not None:
+        raise ParameterError("--scheduler applies to --engine dask or spark (--privacy hdp only)")
     trainer = make_trainer(privacy, **kw)  # validates every parameter before any work
+    if privacy == "hdp":  # the engine of the sweeps; a cluster starts on the first sweep, closed after the run
+        trainer.engine = _hdp_engine(ctx, eng_name, workers, scheduler)
+        try:
+            return _train_command_body(trainer, input, privacy, prior_corpus, split, text_column, limit, output,
+                                       ledger_dir, no_ledger, force, vocab, min_count, max_vocab, iterations,
+                                       batch_size, quiet, overwrite, top, json_out)
+        finally:
+            trainer.engine.close()
+    return _train_command_body(trainer, input, privacy, prior_corpus, split, text_column, limit, output,
+                               ledger_dir, no_ledger, force, vocab, min_count, max_vocab, iterations, batch_size,
+                               quiet, overwrite, top, json_out)
+
+
+def _hdp_engine(ctx: typer.Context, engine: str, workers: int, scheduler: Optional[str]):
+    """The engine of HDP-LDA's sweeps from --engine/--workers/--scheduler (``--workers`` left at its
+    default: the engine's own default, or the running cluster's workers with --scheduler)."""
+    from textdp.cli._options import given as was_given
+    from textdp.engines import get_engine
+
+    given = was_given(ctx, "workers")
+    if engine == "local":
+        return get_engine("local", workers=workers, scheduler=scheduler)
+    return get_engine(engine, workers=workers if given else None, scheduler=scheduler)
+
+
+def _train_command_body(trainer, input, privacy, prior_corpus, split, text_column, limit, output, ledger_dir,
+                        no_ledger, force, vocab, min_count, max_vocab, iterations, batch_size, quiet, overwrite, top,
+                        json_out):
+    from textdp.data.io import check_output_dir
 
     train_texts, _, name = _load_texts(input, split, text_column, limit)
     out = Path(output) if output is not None else Path(f"{Path(name).stem if not name.isidentifier() else name}.{privacy}.topics")
@@ -299,6 +343,12 @@ def _train_and_release(trainer, train_texts, name, input, out, in_paths, privacy
             from textdp.topics.lda import approximate_sampler_note
 
             err_console.print(f"note: {approximate_sampler_note(trainer.workers)}", highlight=False, markup=False,
+                              soft_wrap=True)
+        eng = getattr(trainer, "engine", None) if privacy == "hdp" else None
+        if eng is not None and (eng.name != "local" or eng.workers > 1):
+            from textdp.topics.distributed import engine_note
+
+            err_console.print(f"note: {engine_note(eng, trainer.partitions)}", highlight=False, markup=False,
                               soft_wrap=True)
     total = iterations * (-(-corpus.n_input_docs // batch_size) if isinstance(trainer, OLPLDA) else 1)
     bar, cb = _sweep_bar(quiet, total)

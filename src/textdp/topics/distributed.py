@@ -39,7 +39,7 @@ from textdp.topics.corpus import Corpus
 from textdp.topics.lda import GibbsState
 
 __all__ = ["DocumentPartition", "SweepTask", "sweep_partition", "partition_documents", "PartitionedState",
-           "run_fixed_view_sweeps", "check_engine", "engine_refusal"]
+           "run_fixed_view_sweeps", "check_engine", "engine_refusal", "engine_note"]
 
 
 def check_engine(engine):
@@ -57,11 +57,24 @@ def check_engine(engine):
 
 def engine_refusal(method: str, engine_name: str) -> str:
     """The one-line refusal of ``--engine`` other than local for a trainer other than HDP-LDA."""
-    what = {"none": "non-private LDA", "lp": "LP-LDA", "olp": "OLP-LDA"}.get(method, method)
-    return (f"--engine {engine_name}: {what} samples with collapsed Gibbs on the true counts, where every token's "
-            "conditional depends on all other documents, so it stays single-node (a distributed approximate Gibbs "
-            "sampler would void the exact chain and its inherent-privacy analysis); only --privacy hdp, which "
-            "samples from the released noisy view, runs on dask or spark")
+    if method in ("lp", "olp"):
+        what, why = (f"{method.upper()}-LDA's collapsed Gibbs sampler (on the corpus rebuilt from the reports)",
+                     "not the published exact chain")
+    else:
+        what, why = ("non-private LDA's collapsed Gibbs sampler",
+                     "not the exact chain, and it would void the inherent-privacy analysis")
+    return (f"--engine {engine_name}: {what} stays single-node: each token's conditional depends on every other "
+            f"document's counts, so a distributed sampler would be approximate Gibbs, {why}; only --privacy hdp "
+            "(sampling from the released noisy view, independent per document) runs on dask or spark")
+
+
+def engine_note(engine, partitions: int | None = None) -> str:
+    """The curator's line about where HDP-LDA's sweeps run (no address, no host name)."""
+    d = engine.describe()
+    n = d["workers"] if partitions is None else int(partitions)
+    return (f"HDP-LDA's sweeps run on {d['engine']} ({d['workers']} worker{'s' if d['workers'] != 1 else ''}) over "
+            f"{n} partition{'s' if n != 1 else ''} of the documents: the same model as one process (each document's "
+            "Gibbs draws come from its own keyed stream); the noise of every release is drawn once, here")
 
 
 @dataclass(frozen=True, repr=False)
@@ -134,7 +147,10 @@ def partition_documents(doc_lengths: np.ndarray, parts: int) -> list[tuple[int, 
     total = int(cum[-1])
     cuts = [0]
     for p in range(1, parts):
-        c = int(np.searchsorted(cum, total * p / parts, side="left"))
+        target = total * p / parts
+        c = int(np.searchsorted(cum, target, side="left"))  # the document boundary nearest the target
+        if c > 0 and (c > M or target - cum[c - 1] <= cum[c] - target):
+            c -= 1
         c = min(max(c, cuts[-1] + 1), M - (parts - p))
         cuts.append(c)
     cuts.append(M)
