@@ -170,6 +170,7 @@ def _print_grid(result) -> None:
 #: its help is shown; a name whose module does not exist (yet) is not listed.
 SUBCOMMANDS = {
     "sanitizer": "textdp.cli.audit_sanitizer",
+    "dpsgd": "textdp.cli.audit_dpsgd",
 }
 
 
@@ -242,7 +243,8 @@ def register(app: typer.Typer) -> None:
         Examples: textdp audit -m laplace -e 1 --dims 1,8,128 --samples 1e7;
         textdp audit --grid habernal2022 --output results/ --plot;
         textdp audit -m mymech.py:privatize -e 2 --dims 16.
-        Other audits are subcommands: textdp audit sanitizer NAME (metric-DP audit of a word sanitizer).
+        Other audits are subcommands: textdp audit sanitizer NAME (metric-DP audit of a word sanitizer);
+        textdp audit dpsgd (one-run audit of DP-SGD on a text classifier).
         """
         from textdp.cli._options import refuse_unused
 

@@ -1,0 +1,130 @@
+"""``textdp audit dpsgd``: one-run audit of DP-SGD on a text classifier (Steinke, Nasr & Jagielski 2023).
+
+Thin layer over :func:`textdp.audit.dpsgd.audit_dpsgd`: parsing, progress, printing.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from textdp.cli._common import handle_errors, opt_json, opt_quiet, opt_seed, out_console, print_json, progress
+from textdp.errors import ParameterError
+
+
+def _guess_pair(text: str) -> list[tuple[int, int]]:
+    from textdp.cli._common import split_list
+
+    items = split_list(text, "--guesses")
+    try:
+        vals = [int(x) for x in items]
+    except ValueError:
+        vals = []
+    if len(vals) != 2 or min(vals) < 0 or sum(vals) == 0:
+        raise ParameterError(f"--guesses must be K_PLUS,K_MINUS (whole numbers >= 0, not both 0), got {text!r}")
+    return [(vals[0], vals[1])]
+
+
+def _fmt_int(x: int) -> str:
+    return f"{x:,}"
+
+
+def _print(res, alpha: float, seed: Optional[int]) -> None:
+    a = res.audit
+    conf = f"{100 * (1 - alpha):g}%"
+    p = lambda s: out_console.print(s, highlight=False, markup=False, soft_wrap=True)  # noqa: E731
+    p("one-run audit of DP-SGD (Steinke, Nasr & Jagielski 2023, Theorem 3.1)")
+    p(f"  data      {res.dataset}: {_fmt_int(res.train_examples)} training examples + {_fmt_int(res.canaries)} canary "
+      f"sentences, {_fmt_int(res.included)} of them included by fair coins")
+    p(f"  model     {res.model}; Opacus DP-SGD: noise multiplier {res.sigma_used:.4g}, sample rate {res.sample_rate:.4g}, "
+      f"{_fmt_int(res.steps)} steps, clip {res.clip:g}, lr {res.lr:g}; test accuracy {res.test_accuracy:.3f}")
+    if res.broken:
+        p(f"  BROKEN    deliberately broken replica: noise multiplier {res.sigma:.4g}/10 = {res.sigma_used:.4g} used, "
+          f"while the accountant still reports the ε of {res.sigma:.4g}")
+    p(f"  threat    {res.threat_model}")
+    p(f"  claimed   ε = {res.claimed_epsilon:.3f} at δ = {res.delta:g} ({res.accountant} accountant; per example, "
+      f"add/remove one, whole run)")
+    b = a.best
+    p(f"  bound     ε ≥ {a.epsilon_lower:.3f} at {conf} confidence ({_fmt_int(b.correct)} of {_fmt_int(b.guesses)} guesses "
+      f"right: {b.k_plus} IN, {b.k_minus} OUT; {a.selection})")
+    p(f"  ceiling   ln(q/(1−q)) = {a.ceiling:.2f} with q = β^(1/m), m = {_fmt_int(a.canaries)}, β = {alpha:g}: no one-run "
+      f"bound from {_fmt_int(a.canaries)} canaries can exceed it (this audit's grid and δ: at most {a.attainable:.2f})")
+    if a.fdp_epsilon_lower is not None:
+        gdp = (f"; the run is not μ-GDP for μ < {a.gdp_mu_lower:.3f}" if a.gdp_mu_lower is not None else "")
+        p(f"  f-DP      ε ≥ {a.fdp_epsilon_lower:.3f} with the (ε, δ) trade-off curve{gdp} (Mahloujifar, Melis & "
+          f"Chaudhuri 2024; same guesses and confidence)")
+    if res.flagged:
+        p(f"  verdict   FLAG: the lower bound {a.epsilon_lower:.3f} exceeds the claimed ε = {res.claimed_epsilon:.3f} at "
+          f"{conf} confidence: the run is not as private as claimed")
+    else:
+        p(f"  verdict   ok: the claimed ε = {res.claimed_epsilon:.3f} is not refuted at {conf} confidence (a lower "
+          f"bound can refute a claim, never certify it)")
+    p(f"  time      training {res.seconds['train']:.1f} s, bound {res.seconds['audit']:.1f} s")
+    p(f"simulation_rng: {res.simulation_rng}")
+    if seed is not None:
+        p(f"seed {seed}: a reproducible research run, not for release")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("dpsgd")
+    @handle_errors
+    def dpsgd(
+        dataset: str = typer.Argument("rotten-tomatoes", help="Built-in dataset whose training split is the private "
+                                      "data (see textdp datasets)."),
+        epsilon: float = typer.Option(2.0, "--epsilon", "-e", help="Target ε the noise is calibrated to (per example, "
+                                      "add/remove one, whole run); the claim is the accountant's ε for that noise."),
+        delta: float = typer.Option(1e-5, "--delta", help="δ of the claim and of the bound."),
+        canaries: int = typer.Option(1000, "--canaries", help="Number m of canary sentences, each included by a fair coin."),
+        epochs: float = typer.Option(4.0, "--epochs", help="Expected passes over the data (steps = ⌈epochs / q⌉)."),
+        batch_size: int = typer.Option(256, "--batch-size", help="Expected Poisson batch size."),
+        lr: float = typer.Option(8.0, "--lr", help="Learning rate of plain SGD."),
+        clip: float = typer.Option(0.5, "--clip", help="Per-example gradient clipping norm."),
+        hash_bits: int = typer.Option(12, "--hash-bits", help="Words are hashed into 2^BITS rows of the model."),
+        max_examples: Optional[int] = typer.Option(None, "--max-examples", help="Use only the first N training examples "
+                                                   "(a quick run)."),
+        score: str = typer.Option("gradient", "--score", help="gradient (white box: the final parameters' alignment with "
+                                  "each canary's gradient) or loss (black box: each canary sentence's loss)."),
+        broken: bool = typer.Option(False, "--broken", help="Deliberately broken replica to test the audit: the noise "
+                                    "multiplier divided by 10 while the accountant still reports the original ε."),
+        alpha: float = typer.Option(0.05, "--alpha", help="1 − alpha is the confidence of the bound (β in the papers)."),
+        guesses: Optional[str] = typer.Option(None, "--guesses", help="One pre-declared guess count K_PLUS,K_MINUS (top "
+                                              "scores guessed IN, bottom OUT) instead of the default grid of 8 (each at "
+                                              "alpha/8)."),
+        no_fdp: bool = typer.Option(False, "--no-fdp", help="Skip the f-DP refinement (Mahloujifar et al. 2024)."),
+        fail_on_violation: bool = typer.Option(False, "--fail-on-violation", help="Exit with status 3 when flagged (for CI)."),
+        seed: Optional[int] = opt_seed(),
+        quiet: bool = opt_quiet(),
+        json_out: bool = opt_json(),
+    ):
+        """One-run audit of DP-SGD (Steinke, Nasr & Jagielski 2023): m canary sentences, each included by a fair
+        coin, ONE DP-SGD training of a bag-of-words text classifier (Opacus), canaries scored on the final model,
+        and an ε lower bound beside the accountant's claimed ε. FLAG iff the bound exceeds the claim.
+
+        Examples: textdp audit dpsgd -e 2 --canaries 1000;
+        textdp audit dpsgd -e 2 --broken --fail-on-violation;
+        textdp audit dpsgd --score loss --json
+        """
+        from textdp.audit.dpsgd import audit_dpsgd
+        from textdp.audit.one_run import _check_beta
+
+        alpha = _check_beta(alpha)
+        pairs = _guess_pair(guesses) if guesses is not None else None
+        with progress(quiet) as bar:
+            task = bar.add_task("DP-SGD training" + (" (BROKEN replica)" if broken else ""), total=None)
+
+            def on_step(step: int, total: int) -> None:
+                bar.update(task, completed=step, total=total)
+
+            res = audit_dpsgd(epsilon, delta, canaries, dataset=dataset, max_examples=max_examples, epochs=epochs,
+                              batch_size=batch_size, lr=lr, clip=clip, hash_bits=hash_bits, score=score, broken=broken,
+                              beta=alpha, guess_counts=pairs, fdp=not no_fdp, seed=seed, on_step=on_step)
+        if json_out:
+            d = res.to_dict()
+            d["seed_note"] = ("seeded: a reproducible research run, not for release" if seed is not None
+                              else "fresh randomness from the OS's CSPRNG")
+            print_json(d)
+        else:
+            _print(res, alpha, seed)
+        if fail_on_violation and res.flagged:
+            raise typer.Exit(3)
