@@ -347,3 +347,21 @@ def test_bad_inputs_get_one_line_and_leave_nothing(tmp_path, case):
     assert "\n" not in str(exc.value)
     assert _digests(src) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == listing  # no output, no ledger entry, nothing new
+
+
+def test_overwrite_whose_record_fails_puts_the_earlier_release_back(tmp_path, monkeypatch):
+    src = _write_parts(tmp_path / "in", [4, 5, 3])
+    out = tmp_path / "out"
+    led_dir = tmp_path / "led"
+    sanitize_parts(src, out, _mech(seed=1), ledger=led_dir)
+    first = _digests(out)
+
+    def refuse(self, *a, **kw):
+        raise InputError("injected: the ledger refuses the final record")
+
+    monkeypatch.setattr(Ledger, "record", refuse)
+    with pytest.raises(InputError, match="injected"):
+        sanitize_parts(src, out, _mech(seed=2), ledger=led_dir, overwrite=True)
+    assert _digests(out) == first  # the new release was removed, the earlier one is back
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert [e["type"] for e in _entries(led_dir)] == ["reservation", "release", "reservation", "cancel"]

@@ -482,6 +482,7 @@ def _release(parts, manifest, identity, col, out, mech, eng, led, overwrite, for
     created: list[Path] = []
     reservation = None
     job_dir = out
+    old = None  # with staging: the earlier release, moved aside by the swap
     fields = dict(card_fields)
     try:
         if led is not None:
@@ -530,12 +531,15 @@ def _release(parts, manifest, identity, col, out, mech, eng, led, overwrite, for
         with io.atomic_output(job_dir / SUCCESS) as tmp:
             Path(tmp).write_bytes(b"")
         if staging:
-            _swap(job_dir, out, overwrite, parts)
+            old = _swap(job_dir, out, overwrite, parts)  # the earlier release is kept aside until recorded
             job_dir = out
         entry = None
         if led is not None:
             entry = led.record(mech.guarantee, card=card, input_hash=identity, command=command, force=force,
                                reservation=reservation)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+            old = None
         return PartsResult(
             output=out, card=out / CARD_NAME, card_data=card, parts=len(manifest),
             records=sum(m.rows for m in manifest), stats=stats, manifest=manifest, dataset_sha256=identity,
@@ -546,6 +550,10 @@ def _release(parts, manifest, identity, col, out, mech, eng, led, overwrite, for
         left = _remove_release(job_dir, names, remove_dir=staging or job_dir in created or bool(created))
         if not left:
             io.remove_empty_folders(created)
+            if old is not None:  # the new release was swapped in, then not recorded: the earlier one comes back
+                with contextlib.suppress(OSError):
+                    os.replace(old / "d", out)
+                    old.rmdir()
         if led is not None and reservation is not None:
             if left:
                 with contextlib.suppress(TextDPError, OSError):
@@ -568,8 +576,10 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {s[0][:200]}" if s else type(exc).__name__
 
 
-def _swap(job_dir: Path, out: Path, overwrite: bool, parts: PartsInput) -> None:
-    """Replace the earlier output folder ``out`` by the finished ``job_dir`` (``--overwrite``)."""
+def _swap(job_dir: Path, out: Path, overwrite: bool, parts: PartsInput) -> Path | None:
+    """Replace the earlier output folder ``out`` by the finished ``job_dir`` (``--overwrite``); returns
+    the hidden folder that holds the earlier release (as ``d``), for the caller to delete once the new
+    release is recorded (or to put back), or None when ``out`` was empty."""
     io.check_output_dir(out, overwrite=overwrite, inputs=list(parts.paths), create_parents=True)
     parent = out.parent if str(out.parent) else Path(".")
     try:
@@ -583,9 +593,9 @@ def _swap(job_dir: Path, out: Path, overwrite: bool, parts: PartsInput) -> None:
                 with contextlib.suppress(OSError):
                     old.rmdir()
                 raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(job_dir, out)
+            return old
+        os.replace(job_dir, out)
+        return None
     except OSError as exc:
         raise OutputError(io.describe_os_error(exc, out, "write")) from None
 
