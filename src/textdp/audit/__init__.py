@@ -10,6 +10,7 @@ Public API::
     empirical_epsilon_lower_bound(counts_D, counts_D2, alpha) -> EpsilonBound
     selected_event_bound(sel_D, sel_D2, eval_D, eval_D2, alpha) -> SelectedEvent
     laplace_oracle(epsilon, n, scale=None), majority_vote_oracle(p0, p1, n), zoo_oracle(name, epsilon, n)
+    audit_sanitizer(mech_or_target, ...) -> MetricAuditResult   (metric-DP audit of word sanitizers: textdp.audit.metric)
     run_grid(...), write_grid_outputs(...)   (the published habernal2022 grid)
 
 The audit's noise is a simulation, not a release: it is drawn from the fast non-cryptographic
@@ -51,3 +52,7 @@ from textdp.audit.grid import GRIDS, GridResult, GridSpec, load_published, plot_
 
 __all__ += ["GRIDS", "GridResult", "GridSpec", "load_published", "plot_grid", "run_grid", "summary_text",
             "write_grid_outputs"]
+
+from textdp.audit.metric import MetricAuditResult, MetricClaim, audit_sanitizer, claim_from_guarantee  # noqa: E402
+
+__all__ += ["MetricAuditResult", "MetricClaim", "audit_sanitizer", "claim_from_guarantee"]
