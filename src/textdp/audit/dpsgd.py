@@ -21,8 +21,8 @@ What runs (Steinke, Nasr & Jagielski 2023, Algorithm 1, with the bound of :mod:`
    * ``"gradient"`` (white box: the parameters are read): the alignment
      ``⟨θ_T − θ_0, −∇ℓ(θ_0; canary)⟩`` of the model's change with the canary's gradient at the start.
 
-   For this linear model with one row per canary both rank the canaries the same way (each is a
-   monotone function of the canary row's logit margin), so the black-box audit is as strong as the
+   For this linear model with one row per canary and two classes both rank the canaries the same way
+   (each is an increasing function of the canary row's logit margin), so the black-box audit is as strong as the
    white-box one here. Plain SGD without momentum or weight decay adds every step's noisy gradient
    to the parameters, so the final model holds the sum over all steps of each canary row: a
    final-model audit sees what an all-steps audit would see for these coordinates.
@@ -137,7 +137,8 @@ class DPSGDAudit:
     ``sigma_used``: the noise multiplier the optimiser really used (``sigma / 10`` when ``broken``).
     ``audit``: the one-run bound (:class:`textdp.audit.one_run.OneRunAudit`). ``flagged``: the lower
     bound exceeds the claimed ε at confidence ``1 − beta``. ``test_accuracy``: the trained model on the
-    dataset's test split (utility check of the run). ``seconds``: wall time (training, audit)."""
+    dataset's test split (utility check of the run). ``seconds``: wall time (training, audit).
+    ``canary_scores`` (m,) float64 and ``canary_included`` (m,) bool: the audit's data (not in ``to_dict``)."""
 
     dataset: str
     model: str
@@ -163,9 +164,15 @@ class DPSGDAudit:
     accountant: str = "opacus RDP"
     seed: dict = field(default_factory=dict)
     simulation_rng: str = ""
+    canary_scores: np.ndarray | None = field(default=None, repr=False)
+    canary_included: np.ndarray | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Everything but the (m,) arrays ``canary_scores`` and ``canary_included``."""
+        d = asdict(self)
+        d.pop("canary_scores")
+        d.pop("canary_included")
+        return d
 
 
 @functools.lru_cache(maxsize=64)
@@ -250,12 +257,11 @@ def audit_dpsgd(
     if score not in SCORES:
         raise ParameterError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
     beta = _check_beta(beta)
-    try:
-        import torch
-        from opacus import GradSampleModule
-        from opacus.optimizers import DPOptimizer
-    except ImportError:
-        raise MissingPackageError("the DP-SGD audit needs torch and opacus; run: pip install 'textdp[privacy]'") from None
+    if guess_counts is not None:  # checked before training, not after
+        for kp, km in guess_counts:
+            if min(int(kp), int(km)) < 0 or int(kp) + int(km) > m or int(kp) + int(km) == 0:
+                raise ParameterError(f"guess counts (k+, k-) must be >= 0 with 0 < k+ + k- <= {m} canaries, "
+                                     f"got ({kp}, {km})")
     from textdp.audit.core import simulation_statement
     from textdp.data.datasets import is_builtin, load_dataset
     from textdp.noise import simulation_source
@@ -263,9 +269,17 @@ def audit_dpsgd(
     if not is_builtin(dataset):
         raise InputError(f"unknown dataset {dataset!r}; the DP-SGD audit trains on a built-in dataset "
                          f"(see textdp datasets), e.g. rotten-tomatoes")
+    if max_examples is not None:
+        max_examples = _check_pos(max_examples, "max_examples", integer=True, lo=0)
+    src = simulation_source(seed)  # checks the seed before the slow imports
+    try:
+        import torch
+        from opacus import GradSampleModule
+        from opacus.optimizers import DPOptimizer
+    except ImportError:
+        raise MissingPackageError("the DP-SGD audit needs torch and opacus; run: pip install 'textdp[privacy]'") from None
     ds = load_dataset(dataset)
     if max_examples is not None:
-        max_examples = _check_pos(max_examples, "max_examples", integer=True, lo=1)
         ds = ds.head(max_examples, len(ds.test))
     labels = list(ds.labels)
     n_cls = len(labels)
@@ -276,7 +290,6 @@ def audit_dpsgd(
     if batch_size > n:
         raise ParameterError(f"batch_size {batch_size} is larger than the {n} training examples")
 
-    src = simulation_source(seed)
     g_canary, g_coin, g_sample, g_noise = src.spawn(4)
     vocab = {t for text in texts for t in _tokens(text)}
     words = _canary_words(m, g_canary, vocab)
@@ -346,4 +359,5 @@ def audit_dpsgd(
         delta=delta, sigma=sigma, sigma_used=sigma_used, sample_rate=q, steps=steps, clip=clip, lr=lr, broken=bool(broken),
         score=score, threat_model=THREAT_MODELS[score], audit=audit, flagged=bool(audit.epsilon_lower > claimed),
         test_accuracy=acc, seconds={"train": t_train, "audit": t_audit, "total": time.perf_counter() - t0},
-        seed=src.describe(), simulation_rng=simulation_statement(seed))
+        seed=src.describe(), simulation_rng=simulation_statement(seed), canary_scores=scores,
+        canary_included=included)

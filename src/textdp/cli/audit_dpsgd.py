@@ -106,9 +106,9 @@ def register(app: typer.Typer) -> None:
         textdp audit dpsgd --score loss --json
         """
         from textdp.audit.dpsgd import audit_dpsgd
-        from textdp.audit.one_run import _check_beta
 
-        alpha = _check_beta(alpha)
+        if not 0.0 < alpha < 1.0:
+            raise ParameterError(f"--alpha must be in (0, 1) (e.g. 0.05 for 95% confidence), got {alpha!r}")
         pairs = _guess_pair(guesses) if guesses is not None else None
         with progress(quiet) as bar:
             task = bar.add_task("DP-SGD training" + (" (BROKEN replica)" if broken else ""), total=None)
