@@ -30,6 +30,15 @@ Usage::
     python benchmarks/bench_audit.py [--quick] [--official /tmp/habernal_official/experiment.py [--reference]]
                                      [--reps 3] [--skip-grid]
 
+``--dpsgd`` runs only the one-run audit of DP-SGD instead (issue 17): ``textdp audit dpsgd``'s bag-of-words
+logistic regression on Rotten Tomatoes (10,246 training snippets), Opacus DP-SGD calibrated to ε = 1, 2, 4, 8
+at δ = 1e-5 (expected batch 256, 4 epochs), with 1,000 and 10,000 canary sentences, plus the broken replica
+(noise multiplier / 10, claim unchanged) with 1,000 canaries; per run the claimed ε, the one-run lower bound
+(default grid of 8 guess counts, 95%), its f-DP refinement, the ceiling ln(q/(1−q)), the flag, the test
+accuracy and the wall time of training and of the bound (one process; the torch/Opacus import is timed apart)::
+
+    python benchmarks/bench_audit.py --dpsgd [--seed 1]
+
 ``--quick`` keeps the full-noise cells to n in {1, 8} (the official code's n = 32 cell draws
 6.4·10^8 values, about a minute per repetition, and peaks near 2.3 GB).
 """
@@ -195,6 +204,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="repetitions of the full-noise comparison (median)")
     ap.add_argument("--skip-grid", action="store_true", help="only the full-noise comparison [2]")
     ap.add_argument("--samples", type=float, default=1e7, help="records per dataset in the grid (default 1e7)")
+    ap.add_argument("--dpsgd", action="store_true", help="only the one-run audit of DP-SGD (issue 17) at eps 1, 2, 4, 8 "
+                    "with 1,000 and 10,000 canaries")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the --dpsgd runs (a simulation, not a release)")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.job:
@@ -205,6 +217,9 @@ def main() -> None:
         return
 
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at start (shared machine)")
+    if a.dpsgd:
+        _dpsgd_section(a.seed)
+        return
     N = int(a.samples)
     if not a.skip_grid:
         _grid_section(N)
@@ -308,6 +323,40 @@ def _noise_section(a, N: int) -> None:
     draws = 2 * 1.0 * N * sum([1, 2, 8, 32, 64, 128]) * 7 * 6
     print(f"  extrapolated full-noise grid at N = {N:,}: {draws:.3g} draws / {rate:.1f} M/s = "
           f"{draws / rate / 1e6 / 3600:.1f} h on this machine now")
+
+
+def _dpsgd_section(seed: int) -> None:
+    t0 = time.perf_counter()
+    import opacus  # noqa: F401  (timed apart: the one-time import of torch and Opacus)
+    import torch
+
+    from textdp.audit.dpsgd import audit_dpsgd
+
+    print(f"\n[dpsgd] one-run audit of DP-SGD (Steinke, Nasr & Jagielski 2023) on rotten-tomatoes: bag-of-words "
+          f"logistic regression (2^12 hashed word rows + one row per canary), Opacus DP-SGD, delta = 1e-5, expected "
+          f"batch 256, 4 epochs, clip 0.5, lr 8; white-box score (final model); 95% confidence, default grid of 8 "
+          f"guess counts (union bound); seed {seed} (not for release); torch {torch.__version__}, "
+          f"{torch.get_num_threads()} torch threads; import of torch + Opacus {time.perf_counter() - t0:.1f} s")
+    head = (f"  {'eps':>4} {'m':>6} {'replica':>7} | {'claimed':>7} {'sigma':>6} {'steps':>5} | {'bound':>6} {'f-DP':>6} "
+            f"{'mu':>5} | {'ceiling':>7} {'attain':>6} | {'flag':>4} | {'acc':>5} | {'train s':>7} {'bound s':>7}")
+    print(head)
+    rows = []
+    for m in (1000, 10_000):
+        for eps in (1.0, 2.0, 4.0, 8.0):
+            for broken in ((False, True) if m == 1000 else (False,)):
+                r = audit_dpsgd(eps, 1e-5, m, seed=seed, broken=broken)
+                a = r.audit
+                rows.append(r)
+                print(f"  {eps:>4g} {m:>6,} {'BROKEN' if broken else 'correct':>7} | {r.claimed_epsilon:>7.3f} "
+                      f"{r.sigma_used:>6.3f} {r.steps:>5} | {a.epsilon_lower:>6.3f} {a.fdp_epsilon_lower:>6.3f} "
+                      f"{a.gdp_mu_lower:>5.2f} | {a.ceiling:>7.2f} {a.attainable:>6.2f} | {'FLAG' if r.flagged else 'ok':>4} | "
+                      f"{r.test_accuracy:>5.3f} | {r.seconds['train']:>7.1f} {r.seconds['audit']:>7.1f}", flush=True)
+    ok = [r for r in rows if not r.broken]
+    bad = [r for r in rows if r.broken]
+    print(f"  correct runs flagged: {sum(r.flagged for r in ok)}/{len(ok)}; broken replicas flagged: "
+          f"{sum(r.flagged for r in bad)}/{len(bad)} (at claimed eps <= 2: "
+          f"{sum(r.flagged for r in bad if r.claimed_epsilon <= 2)}/{sum(r.claimed_epsilon <= 2 for r in bad)})")
+    print(f"  total {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":
