@@ -365,3 +365,27 @@ def test_overwrite_whose_record_fails_puts_the_earlier_release_back(tmp_path, mo
     assert _digests(out) == first  # the new release was removed, the earlier one is back
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert [e["type"] for e in _entries(led_dir)] == ["reservation", "release", "reservation", "cancel"]
+
+
+def test_a_parquet_part_split_by_row_group_gives_the_same_texts(tmp_path):
+    """A large Parquet part runs as several tasks of whole row groups; record index = part offset +
+    earlier row groups' rows, so the texts are those of one task per part."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "in"
+    src.mkdir()
+    df = _frame()
+    df.iloc[:2].to_parquet(src / "a.parquet", index=False)
+    pq.write_table(pa.Table.from_pandas(df.iloc[2:].reset_index(drop=True), preserve_index=False),
+                   src / "b.parquet", row_group_size=3)  # 10 rows in row groups of 3, 3, 3, 1
+    whole = sanitize_parts(src, tmp_path / "whole", _mech(), ledger=False, task_rows=None)
+    assert whole.output_parts == 2
+    expected = read_parts_output(tmp_path / "whole")
+    assert expected["id"].tolist() == list(range(100, 112))
+    for task_rows, rows in ((4, [2, 6, 4]), (3, [2, 3, 3, 3, 1])):  # runs of whole row groups of >= task_rows
+        out = tmp_path / f"split-{task_rows}"
+        split = sanitize_parts(src, out, _mech(), ledger=False, task_rows=task_rows)
+        assert split.output_parts == len(rows) and split.parts == 2
+        assert [len(pd.read_parquet(out / f"part-{i:05d}.parquet")) for i in range(len(rows))] == rows
+        assert read_parts_output(out).equals(expected)

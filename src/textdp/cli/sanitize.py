@@ -441,7 +441,7 @@ def _sanitize_parts_command(input, output, mech_name, embeddings, epsilon, kwarg
         "guarantee": mech.guarantee.describe(),
         "worst_case_epsilon_per_token": getattr(mech.guarantee, "worst_case_epsilon", None),
         "output_vocabulary": mech.output_vocabulary_info(),
-        "engine": r.engine, "parts": r.parts,
+        "engine": r.engine, "parts": r.parts, "tasks": r.output_parts,
         "private": {
             "note": "exact statistics of the private input: not in the card; do not publish",
             "documents": stats.documents, "tokens": stats.tokens,
@@ -689,8 +689,10 @@ def _print_summary(s: dict, seed) -> None:
                       "private too)")
     if "engine" in s:  # a folder of parts
         e = s["engine"]
+        tasks = s.get("tasks", s["parts"])
         t.add_row("engine", esc(f"{e['engine']} ({e['workers']} worker{'s' if e['workers'] != 1 else ''}), "
-                                f"{s['parts']:,} part{'s' if s['parts'] != 1 else ''} (one task each)"))
+                                f"{s['parts']:,} part{'s' if s['parts'] != 1 else ''} in "
+                                f"{tasks:,} task{'s' if tasks != 1 else ''}"))
     t.add_row("output", esc(str(s["output"])))
     t.add_row("privacy card", esc(str(s["card"])))
     if seed is not None:

@@ -12,12 +12,14 @@ plans, reserves the budget, and commits:
    with the size and hash its worker computed, combined into the dataset's identity
    (:func:`textdp.data.parts.manifest_identity`): the key of its budget ledger.
 3. **Reservation** (driver, once): :meth:`textdp.accounting.ledger.Ledger.reserve`.
-4. **Sanitizing map** (workers, one task per part): part ``i`` holds records
-   ``offset_i .. offset_i + rows_i - 1`` (``offset_i`` = rows of the parts before it), each
+4. **Sanitizing map** (workers, one task per part, or per run of whole row groups of a Parquet
+   part of more than ``task_rows`` rows): part ``i`` holds records
+   ``offset_i .. offset_i + rows_i - 1`` (``offset_i`` = rows of the parts before it; a row
+   group's first record = ``offset_i`` + the rows of the part's earlier row groups), each
    document drawn from the release's keyed streams at its global index
    (:func:`textdp.engines.base.sanitize_records`), so a retried or speculative task writes
    the same bytes and any split of the same rows gives the same texts. The task writes
-   ``part-NNNNN.EXT`` (``NNNNN`` = the part's position, ``EXT`` = its format) under a
+   ``part-NNNNN.EXT`` (``NNNNN`` = the task's position, ``EXT`` = the format) under a
    temporary name in the output folder and renames it into place (whichever attempt's rename
    wins, the bytes are the same), after checking that the input part still has the size and
    SHA-256 of the reading map (a part changed between the two passes fails the job).
@@ -118,6 +120,7 @@ class PartsResult:
     engine: dict
     ledger: Path | None = None
     ledger_entry: dict | None = None
+    output_parts: int = 0
     forced: bool = False
     seconds: dict = field(default_factory=dict)
 
@@ -149,6 +152,9 @@ class _SanitizeTask:
     sha256: str
     out_path: str
     chunk_size: int
+    row_groups: tuple[int, int] | None = None  # a Parquet file split by row group: [start, stop) of this task
+    mtime_ns: int | None = None  # the part's modification time in the reading pass (row-group tasks)
+    check_hash: bool = True  # re-hash the part before the rename (row-group tasks: the file's first task only)
 
     def __repr__(self):
         return f"_SanitizeTask(part {self.relative!r}, first record {self.first_record})"
@@ -173,6 +179,7 @@ def _read_part(task: _ReadTask) -> dict:
     before = io.file_state(task.path)
     sha = io.file_sha256(task.path)
     rows = 0
+    row_groups = None
     col = task.text_column
     mech = None
     if task.vocabulary is not None:
@@ -184,7 +191,9 @@ def _read_part(task: _ReadTask) -> dict:
 
             for _, col in _chunks(task.path, task.text_column, 1):
                 break
-            rows = pq.ParquetFile(task.path).metadata.num_rows
+            meta = pq.ParquetFile(task.path).metadata
+            rows = meta.num_rows
+            row_groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         else:
             for df, col in _chunks(task.path, task.text_column, task.chunk_size):
                 rows += len(df)
@@ -192,7 +201,13 @@ def _read_part(task: _ReadTask) -> dict:
                     mech.partial_fit(["" if t is None else t for t in df[col].tolist()], keep_tokens=False)
         if io.file_state(task.path) != before:
             raise _changed(task.relative, "size, modification time or inode")
-        out = {"rows": int(rows), "size": int(before[0]), "sha256": sha, "text_column": col}
+        if task.fmt == "parquet" and row_groups is None:
+            import pyarrow.parquet as pq
+
+            meta = pq.ParquetFile(task.path).metadata
+            row_groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        out = {"rows": int(rows), "size": int(before[0]), "sha256": sha, "text_column": col,
+               "mtime_ns": int(before[1]), "row_groups": row_groups}
         if mech is not None:
             f = mech._fitted
             nz = np.flatnonzero(f.counts)
@@ -209,13 +224,15 @@ def _sanitize_part(task: _SanitizeTask) -> dict:
     from textdp.data.io import ROW_KEYS, TextLines
 
     before = io.file_state(task.path)
-    if before[0] != task.size:
-        raise _changed(task.relative, "size")
+    if before[0] != task.size or (task.mtime_ns is not None and before[1] != task.mtime_ns):
+        raise _changed(task.relative, "size or modification time")
     stats = None
     n = 0
     other: list[str] = []
+    chunks = (_chunks(task.path, task.text_column, task.chunk_size) if task.row_groups is None else
+              _row_group_chunks(task.path, task.text_column, task.chunk_size, *task.row_groups))
     with io.TableWriter(task.out_path, text_column=task.text_column) as writer:
-        for df, col in _chunks(task.path, task.text_column, task.chunk_size):
+        for df, col in chunks:
             if n == 0:
                 other = [str(c) for c in df.columns if c != col and c != ROW_KEYS]
             released, st = sanitize_records(task.plan, df[col].tolist(), task.first_record + n)
@@ -233,9 +250,53 @@ def _sanitize_part(task: _SanitizeTask) -> dict:
             raise _changed(task.relative, f"row count ({n:,} now, {task.rows:,} before)")
         if io.file_state(task.path) != before:
             raise _changed(task.relative, "size, modification time or inode")
-        if io.file_sha256(task.path) != task.sha256:
+        if task.check_hash and io.file_sha256(task.path) != task.sha256:
             raise _changed(task.relative, "content (SHA-256)")
     return {"rows": n, "stats": stats, "other_columns": other}
+
+
+def _row_group_chunks(path: str, text_column: str, chunk_size: int, start: int, stop: int):
+    """Chunks of row groups ``start .. stop - 1`` of a Parquet file, checked as
+    :func:`textdp.data.io.iter_table_chunks` checks them (nulls kept)."""
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    n = 0
+    try:
+        pf = pq.ParquetFile(p)
+        for batch in pf.iter_batches(batch_size=chunk_size, row_groups=list(range(start, stop))):
+            if batch.num_rows == 0:
+                continue
+            df, col = io._finish(batch.to_pandas(), p, text_column, "keep", first_row=n)
+            n += len(df)
+            yield df, col
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, TextDPError):
+            raise
+        from textdp.errors import excerpt
+
+        raise InputError(f"{p.name}: cannot read as parquet ({type(exc).__name__}: {excerpt(str(exc), 100)})") from None
+
+
+def _plan_tasks(manifest: list, infos: list, task_rows: int | None) -> list[tuple[int, tuple[int, int] | None, int, int]]:
+    """``(part, row_groups, first_record, rows)`` of each sanitizing task: one per part, except a
+    Parquet part of more than ``task_rows`` rows with several row groups, split into runs of whole
+    row groups of about ``task_rows`` rows (first record = the part's offset + the rows of its
+    earlier row groups)."""
+    out = []
+    for i, (m, info) in enumerate(zip(manifest, infos)):
+        groups = info.get("row_groups")
+        if task_rows is None or not groups or len(groups) < 2 or m.rows <= task_rows:
+            out.append((i, None, m.first_record, m.rows))
+            continue
+        start, first, acc = 0, m.first_record, 0
+        for g, n in enumerate(groups):
+            acc += n
+            if acc >= task_rows or g == len(groups) - 1:
+                out.append((i, (start, g + 1), first, acc))
+                first += acc
+                start, acc = g + 1, 0
+    return out
 
 
 # -------------------------------------------------------------------------------------------- driver
@@ -373,6 +434,7 @@ def sanitize_parts(
     command: str | None = None,
     card_fields: dict | None = None,
     on_reserved: Callable[[Any, str], dict | None] | None = None,
+    task_rows: int | None = 100_000,
 ) -> PartsResult:
     """Sanitize every part of ``input`` with ``mech`` on ``engine``; write a folder of parts.
 
@@ -396,7 +458,10 @@ def sanitize_parts(
     task holds in memory. ``command``: the ledger entry's command text. ``card_fields``: extra
     top-level card fields (the CLI's). ``on_reserved(ledger, reservation_id)``: called once
     the budget is reserved; returns card fields (the CLI prints its ``--force`` warning
-    there; default: the forced fields computed here).
+    there; default: the forced fields computed here). ``task_rows``: a Parquet part of more rows than
+    this, with several row groups, is split into tasks of whole row groups of about this many rows
+    (its first task re-hashes the file; the others check its size and modification time); each task
+    writes its own output part. None: one task per part. The texts do not depend on it.
 
     Records: global index = parts in sorted path order, then row; each document's draws
     come from the release key at its index (exactly-once noise: a retried task rewrites the
@@ -415,6 +480,8 @@ def sanitize_parts(
     t0 = time.perf_counter()
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ParameterError(f"chunk_size must be a positive number of rows, got {chunk_size!r}")
+    if task_rows is not None and (isinstance(task_rows, bool) or not isinstance(task_rows, int) or task_rows < 1):
+        raise ParameterError(f"task_rows must be a positive number of rows or None, got {task_rows!r}")
     if not hasattr(mech, "begin_release") or not hasattr(mech, "sanitize_with_stats"):
         raise ParameterError(f"mech must be a textdp sanitizer, got {type(mech).__name__}")
     parts = find_parts(input)
@@ -424,15 +491,15 @@ def sanitize_parts(
     eng, owned = _engine_of(engine)
     command = command or f"sanitize --mechanism {getattr(mech, 'name', type(mech).__name__)} (parts)"
 
-    def bar(stage):
+    def bar(stage, total=len(parts)):
         if progress is None:
             return None
         state = {"done": 0}
-        progress(stage, 0, len(parts))
+        progress(stage, 0, total)
 
         def step(k):
             state["done"] += k
-            progress(stage, state["done"], len(parts))
+            progress(stage, state["done"], total)
         return step
 
     try:
@@ -465,18 +532,19 @@ def sanitize_parts(
             led = Ledger.for_content(parts.label, identity, None if ledger is True else ledger)
             if not force:
                 led.check(mech.guarantee)  # a refusal known now costs no writing
-        return _release(parts, manifest, identity, col, out, mech, eng, led, overwrite, force, bar, chunk_size,
-                        command, card_fields or {}, on_reserved, t0, t_read)
+        return _release(parts, manifest, _plan_tasks(manifest, infos, task_rows), infos, identity, col, out, mech,
+                        eng, led, overwrite, force, bar, chunk_size, command, card_fields or {}, on_reserved, t0,
+                        t_read)
     finally:
         if owned:
             eng.close()
 
 
-def _release(parts, manifest, identity, col, out, mech, eng, led, overwrite, force, bar, chunk_size, command,
-             card_fields, on_reserved, t0, t_read) -> PartsResult:
+def _release(parts, manifest, planned, infos, identity, col, out, mech, eng, led, overwrite, force, bar, chunk_size,
+             command, card_fields, on_reserved, t0, t_read) -> PartsResult:
     import time
 
-    names = [part_name(i, parts.fmt) for i in range(len(manifest))]
+    names = [part_name(k, parts.fmt) for k in range(len(planned))]
     io.check_output_dir(out, overwrite=overwrite, inputs=list(parts.paths), create_parents=True)  # again, just before
     staging = out.is_dir() and any(out.iterdir())  # --overwrite of an earlier output: swapped in at the end
     created: list[Path] = []
@@ -505,15 +573,20 @@ def _release(parts, manifest, identity, col, out, mech, eng, led, overwrite, for
         # ---- 3. the sanitizing map: one key, sent inside each task
         mech.begin_release()
         plan = ReleasePlan.of(mech)
-        tasks = [_SanitizeTask(plan, str(p), m.relative, parts.fmt, col, m.first_record, m.rows, m.size, m.sha256,
-                               str(job_dir / n), chunk_size)
-                 for p, m, n in zip(parts.paths, manifest, names)]
-        results = eng.map(_sanitize_part, tasks, description="sanitizing the parts", progress=bar("sanitizing"))
+        tasks = []
+        for (i, groups, first, rows), n in zip(planned, names):
+            m = manifest[i]
+            tasks.append(_SanitizeTask(
+                plan, str(parts.paths[i]), m.relative, parts.fmt, col, first, rows, m.size, m.sha256,
+                str(job_dir / n), chunk_size, groups, None if groups is None else infos[i]["mtime_ns"],
+                groups is None or groups[0] == 0))
+        results = eng.map(_sanitize_part, tasks, description="sanitizing the parts",
+                          progress=bar("sanitizing", len(tasks)))
         stats = None
         other: list[str] = []
-        for m, r in zip(manifest, results):
-            if r["rows"] != m.rows:
-                raise _changed(m.relative, "row count")
+        for t, r in zip(tasks, results):
+            if r["rows"] != t.rows:
+                raise _changed(t.relative, "row count")
             stats = r["stats"] if stats is None else (stats if r["stats"] is None else stats.merge(r["stats"]))
             other += [c for c in r["other_columns"] if c not in other]
         missing = [n for n in names if not (job_dir / n).is_file()]
@@ -541,7 +614,7 @@ def _release(parts, manifest, identity, col, out, mech, eng, led, overwrite, for
             shutil.rmtree(old, ignore_errors=True)
             old = None
         return PartsResult(
-            output=out, card=out / CARD_NAME, card_data=card, parts=len(manifest),
+            output=out, card=out / CARD_NAME, card_data=card, parts=len(manifest), output_parts=len(tasks),
             records=sum(m.rows for m in manifest), stats=stats, manifest=manifest, dataset_sha256=identity,
             text_column=col, other_columns=other, engine=eng.describe(),
             ledger=None if led is None else led.path, ledger_entry=entry, forced=bool(fields.get("forced")),
@@ -607,8 +680,9 @@ def _parts_card(mech, out: Path, other_columns, eng: Engine, fields: dict) -> di
     from textdp.sanitize.cards import sanitizer_card
 
     data = {"engine": eng.describe(), "records": RECORD_INDEX_RULE,
-            "layout": "one output part per input part, named by its position (part-00000, ...), same format, other "
-                      "columns, nulls and row order kept; _SUCCESS is written last"}
+            "layout": "one output part per task (an input part, or a run of row groups of a large Parquet part), "
+                      "named by its position (part-00000, ...), same format, other columns, nulls and row order "
+                      "kept; _SUCCESS is written last"}
     return sanitizer_card(mech, out.name, other_columns=other_columns, data=data,
                           build=lambda **kw: build_card(**kw, **fields))
 
