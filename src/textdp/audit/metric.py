@@ -461,8 +461,11 @@ def sanitizer_target(mech, words: Sequence[str] | None = None, n_words: int = 40
     the candidate input words, else :func:`candidate_words` (``n_words``, ``seed``). Raises ParameterError
     for an unknown name, a document-level mechanism or words without embeddings."""
     if isinstance(mech, str):
-        from textdp.sanitize import make_mechanism
+        from textdp.sanitize import MECHANISMS, canonical_name, make_mechanism
 
+        if getattr(MECHANISMS[canonical_name(mech)], "document_level", False):
+            raise ParameterError(f"{mech!r} is a document-level mechanism: the metric audit compares the output "
+                                 "laws of single words (word sanitizers only)")
         mech = make_mechanism(mech, **kwargs)
     elif kwargs:
         raise ParameterError(f"options {sorted(kwargs)} apply only when the mechanism is given by name")

@@ -214,6 +214,9 @@ def _named_target(name, embeddings, epsilon, params, words, n_words, seed):
                                  f"{', '.join(BROKEN_SANITIZERS)}, pypantera.NAME or module:function") from None
         from textdp.cli.sanitize import parse_params
 
+        if getattr(MECHANISMS[key], "document_level", False):
+            raise ParameterError(f"{key!r} is a document-level mechanism: the metric audit compares the output laws "
+                                 "of single words (word sanitizers only)")
         mech = make_mechanism(key, embeddings, epsilon, rng=0, **parse_params(key, params))
     return sanitizer_target(mech, words=words, n_words=n_words, seed=seed if seed is not None else 0)
 
