@@ -295,30 +295,21 @@ def test_approximate_channels_and_other_objects_are_refused():
 # ------------------------------------------------------------------ the comparison games
 
 
-def _synthetic_features(n_rows: int, d: int, seed: int):
-    """Unit-norm non-negative rows (TF-IDF-like) with the bias column, labels from a linear rule."""
-    from textdp.bounds.features import TextFeatures, add_bias
-
-    g = np.random.default_rng(seed)
-    F = np.abs(g.normal(size=(n_rows, d)))
-    F /= np.linalg.norm(F, axis=1, keepdims=True)
-    y = (F @ g.normal(size=d) + 0.1 * g.normal(size=n_rows) > 0).astype(float)
-    return TextFeatures(add_bias(F), y, [f"f{i}" for i in range(d)], math.sqrt(2.0), 1.0,
-                        {"data": "synthetic", "n": n_rows, "d": d})
-
-
-def test_glm_candidate_game_attacks_stay_below_the_rero_bound():
+def test_glm_candidate_game_attacks_stay_below_the_rero_bound(synthetic_features):
     from textdp.bounds.rero_compare import glm_candidate_game
 
-    f = _synthetic_features(60, 6, seed=3)
+    f = synthetic_features(60, 6, seed=3)
     g = glm_candidate_game(f, n=40, m=5, lam=0.05, trials=400, rng=7)
     assert g.kappa == pytest.approx(0.2) and g.zero_noise_error < 1e-8  # the reconstruction is exact without noise
     np.testing.assert_allclose(g.rero_bound, norm.cdf(norm.ppf(0.2) + g.mu), rtol=1e-12)  # Φ(Φ⁻¹(κ) + Δ₂/σ)
     games = g.m * g.trials
     # both attacks are valid reconstruction attacks: their success is below the bound (one-sided 99.9 % binomial)
+    # (the bound of this candidate set, from its weights' radius, is tighter and must hold too)
+    assert 0 < g.weight_radius <= g.sensitivity and np.all(g.rero_bound_instance <= g.rero_bound + 1e-15)
     for s in (g.success_likelihood, g.success_reconstruction):
-        se = np.sqrt(g.rero_bound * (1 - g.rero_bound) / games)
-        assert np.all(s <= g.rero_bound + 3.1 * se + 1e-12), (s, g.rero_bound)
+        for b in (g.rero_bound, g.rero_bound_instance):
+            se = np.sqrt(b * (1 - b) / games)
+            assert np.all(s <= b + 3.1 * se + 1e-12), (s, b)
     # with little noise the likelihood attack always finds the target, with much noise it falls to about κ
     assert g.success_likelihood[-1] > 0.98
     assert abs(g.success_likelihood[0] - g.kappa) < 4 * math.sqrt(g.kappa * (1 - g.kappa) / games)
@@ -329,7 +320,7 @@ def test_glm_candidate_game_attacks_stay_below_the_rero_bound():
         glm_candidate_game(f, n=58, m=5)
 
 
-def test_token_game_and_figure(tmp_path):
+def test_token_game_and_figure(tmp_path, synthetic_features):
     from textdp.bounds.rero_compare import glm_candidate_game, plot_rero, token_game
 
     tg = token_game([1.0, 3.0], vocab_size=40, rr_epsilons=[0.5, 2.0])
@@ -338,7 +329,7 @@ def test_token_game_and_figure(tmp_path):
     assert tg.rows[0]["bayes_top1"] < tg.rows[1]["bayes_top1"]  # more ε, more success
     for r in tg.rows:
         assert r["bayes_top1"] <= r["bound_reference"] <= r["bound"]
-    glm = glm_candidate_game(_synthetic_features(60, 6, seed=3), n=40, m=5, lam=0.05, trials=20, rng=1)
+    glm = glm_candidate_game(synthetic_features(60, 6, seed=3), n=40, m=5, lam=0.05, trials=20, rng=1)
     out = tmp_path / "rero.png"
     plot_rero(out, [("σ = 1", rero_mechanism("dp", epsilon=1.0))], np.geomspace(1e-4, 0.99, 50), tokens=tg, glm=glm)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

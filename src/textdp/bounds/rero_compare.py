@@ -114,7 +114,11 @@ class GLMCandidateGame:
     """Outcome of :func:`glm_candidate_game`; arrays ``(s,)`` over ``sigmas``.
 
     ``kappa`` = 1/m; ``sensitivity``: replace-one L2 sensitivity Δ₂ of the weights;
-    ``mu`` = Δ₂/σ; ``rero_bound``: Φ(Φ⁻¹(κ) + μ); ``success_likelihood`` /
+    ``mu`` = Δ₂/σ; ``rero_bound``: Φ(Φ⁻¹(κ) + μ); ``weight_radius``: min over reference candidates
+    c₀ of max_c ‖θ_c − θ_c₀‖ (how far apart these candidates' exact weights really are, at most
+    Δ₂); ``rero_bound_instance``: Φ(Φ⁻¹(κ) + radius/σ), the ReRo bound of this candidate set
+    (valid for it alone: the reference is N(θ_c₀, σ²I), every pair a Gaussian shift ≤ radius;
+    data-dependent); ``success_likelihood`` /
     ``success_reconstruction``: measured success of the likelihood attack and of the GLM
     informed reconstruction + nearest candidate (over m × ``trials`` games per σ);
     ``attack_mse``: the reconstruction's per-coordinate MSE (mean over the valid draws; the
@@ -135,6 +139,8 @@ class GLMCandidateGame:
     sigmas: np.ndarray
     mu: np.ndarray
     rero_bound: np.ndarray
+    weight_radius: float
+    rero_bound_instance: np.ndarray
     success_likelihood: np.ndarray
     success_reconstruction: np.ndarray
     attack_mse: np.ndarray
@@ -223,6 +229,8 @@ def glm_candidate_game(features=None, *, n: int = 400, m: int = 10, lam: float =
         xh0, _ = _attack_core(Xc, yc, f.theta[:, None], lam, np.array([n - 1]))
         zero_err = max(zero_err, float(np.nanmax(np.abs(xh0[0, 0] - C[c]))))
     thetas = np.stack([f.theta for f in fits])  # (m, p)
+    gaps = np.sqrt(((thetas[:, None, :] - thetas[None, :, :]) ** 2).sum(axis=2))
+    radius = float(gaps.max(axis=1).min())  # the best reference candidate's farthest other candidate
     kappa = 1.0 / m
     s_like, s_rec, mse, med, rdp, fil = [], [], [], [], [], []
     for s in sig:
@@ -253,6 +261,8 @@ def glm_candidate_game(features=None, *, n: int = 400, m: int = 10, lam: float =
         dataset=str(features.info.get("data", dataset)), n=n, d=p - 1, m=m, lam=float(lam), trials=trials,
         kappa=kappa, sensitivity=sens, sigmas=sig, mu=mu,
         rero_bound=np.array([float(gaussian_rero_bound(kappa, float(u))) for u in mu]),
+        weight_radius=radius,
+        rero_bound_instance=np.array([float(gaussian_rero_bound(kappa, radius / float(x))) for x in sig]),
         success_likelihood=np.asarray(s_like), success_reconstruction=np.asarray(s_rec), attack_mse=np.asarray(mse),
         attack_median_error=np.asarray(med),
         rdp_mse_bound=np.asarray(rdp), fil_mse_bound=np.asarray(fil), zero_noise_error=zero_err,
@@ -283,7 +293,8 @@ def plot_rero(path, curves, kappas, tokens: TokenGame | None = None, glm: GLMCan
     panels = 1 + (tokens is not None) + (2 if glm is not None else 0)
     ncol = 2 if panels > 1 else 1
     nrow = math.ceil(panels / ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 4.2 * nrow), dpi=110, squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 4.2 * nrow + (0.8 if glm is not None else 0)), dpi=110,
+                             squeeze=False)
     axs = list(axes.ravel())
     ax = axs.pop(0)
     for label, c in curves:
@@ -318,6 +329,7 @@ def plot_rero(path, curves, kappas, tokens: TokenGame | None = None, glm: GLMCan
         ax.set_xlabel("plain-DP ε per token over the vocabulary")
         ax.set_ylabel("per-token success (exact)")
         ax.set_title(f"tokens: uniform prior over {tokens.vocab_size} words, κ = {kap:.3g}", fontsize=10)
+        ax.set_xlim(0, e[-1] * 1.35)  # room on the right, below the curves at 1, for the legend
         ax.legend(fontsize=7, loc="lower right")
     if glm is not None:
         ax = axs.pop(0)
@@ -326,6 +338,8 @@ def plot_rero(path, curves, kappas, tokens: TokenGame | None = None, glm: GLMCan
         sd = np.geomspace(s.min(), s.max(), 200)
         ax.plot(sd, [float(gaussian_rero_bound(glm.kappa, glm.sensitivity / x)) for x in sd], "k-", lw=1.2,
                 label="ReRo bound (Gaussian, μ = Δ₂/σ)")
+        ax.plot(sd, [float(gaussian_rero_bound(glm.kappa, glm.weight_radius / x)) for x in sd], "k--", lw=1,
+                label="ReRo bound of these candidates (their weights' radius)")
         ax.errorbar(s, glm.success_likelihood, yerr=1.96 * se, fmt="C2o-", ms=4, lw=1, capsize=2,
                     label="likelihood attack (Bayes)")
         ax.plot(s, glm.success_reconstruction, "C1s-", ms=4, lw=1, label="GLM informed attack + nearest")
@@ -335,7 +349,7 @@ def plot_rero(path, curves, kappas, tokens: TokenGame | None = None, glm: GLMCan
         ax.set_xlabel("noise σ on the weights")
         ax.set_ylabel("reconstruction success")
         ax.set_title(f"features: {glm.dataset} TF-IDF, n = {glm.n}, d = {glm.d}, m = {glm.m}", fontsize=10)
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)  # below: no empty corner
         ax2 = axs.pop(0)
         ax2.plot(s, glm.attack_mse, "C1s-", ms=4, lw=1, label="GLM informed attack, mean sq. error")
         ax2.plot(s, glm.attack_median_error, "C1s:", ms=3, lw=1, mfc="none", label="... median sq. error")
@@ -351,7 +365,7 @@ def plot_rero(path, curves, kappas, tokens: TokenGame | None = None, glm: GLMCan
         ax2.set_xlabel("noise σ on the weights")
         ax2.set_ylabel("per-coordinate MSE")
         ax2.set_title("same game: error, with Guo's lower bounds", fontsize=10)
-        ax2.legend(fontsize=7, loc="upper left")
+        ax2.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     for a in axs:
         a.set_visible(False)
     if title:
