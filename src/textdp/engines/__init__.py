@@ -4,14 +4,22 @@
 picklable function over partitions, results in order; the driver commits). Engine-specific code
 stays in one module each (:mod:`textdp.engines.dask`, :mod:`textdp.engines.spark`), imported
 only when that engine is asked for.
+
+:func:`sanitize` (:func:`textdp.engines.frames.sanitize_frame`) sanitizes the user's own frame
+(pandas, Hugging Face ``datasets``, Dask, Spark) and returns one of the same kind with its card.
 """
 
 from __future__ import annotations
 
 from textdp.engines.base import Engine, LocalEngine, ReleasePlan, check_workers, sanitize_records
+from textdp.engines.frames import FrameRelease, sanitize_frame
 from textdp.errors import ParameterError
 
-__all__ = ["ENGINES", "Engine", "LocalEngine", "ReleasePlan", "get_engine", "sanitize_records"]
+__all__ = ["ENGINES", "Engine", "LocalEngine", "ReleasePlan", "get_engine", "sanitize_records", "sanitize",
+           "sanitize_frame", "FrameRelease"]
+
+#: ``sanitize(df, mech, column=..., dataset_id=...)``: the same as :func:`sanitize_frame`
+sanitize = sanitize_frame
 
 #: engine names accepted by :func:`get_engine` and ``--engine``
 ENGINES = ("local", "dask", "spark")
