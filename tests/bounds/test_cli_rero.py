@@ -56,6 +56,8 @@ def test_sanitizer_rows_are_the_exact_optimum():
         assert got["bayes_top1"] <= got["bound_reference"] <= got["bound"]
     r = runner.invoke(app, ["bounds", "rero", "-m", "santext", "-e", "1", "--vocab-size", "40"])
     assert r.exit_code == 0 and "κ = 0.025" in r.stdout and "success (exact)" in r.stdout
+    r = runner.invoke(app, ["bounds", "rero", "-m", "dp", "-e", "1", "-q"])  # --quiet: no summary on stdout
+    assert r.exit_code == 0 and r.stdout == ""
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -576,7 +576,7 @@ def rero_cmd(
     if as_json:
         print_json(res)
         return
-    if quiet and plot is not None:
+    if quiet:  # --quiet: no summary on stdout (the shared option's meaning); --json still prints
         return
     if sanitizer:
         out_console.print(f"Per-token reconstruction, {mechanism}, uniform prior over the {V} most frequent GloVe "
