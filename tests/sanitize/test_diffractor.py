@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
+from textdp.audit.metric import worst_excess
 from textdp.embeddings import Embeddings
 from textdp.errors import ParameterError
 from textdp.sanitize import make_mechanism
@@ -161,12 +162,8 @@ def test_inputs_outside_the_output_vocabulary_take_their_nearest_output_word():
 # ------------------------------------------------------------------------------------------ guarantee
 def _excess(m, words):
     """max over pairs and outputs of ln p(y|x) - ln p(y|x') - eps d(x,x') (exact law)."""
-    logp = np.log(m.probabilities(words))
     d = np.array([[m.distance(a, b) for b in words] for a in words], dtype=np.float64)
-    ratio = logp[:, None, :] - logp[None, :, :]
-    excess = ratio.max(axis=2) - m.epsilon * d
-    np.fill_diagonal(excess, -np.inf)  # distinct words only
-    return excess.max()
+    return worst_excess(m.probabilities(words), m.epsilon * d)  # distinct words (textdp.audit.metric)
 
 
 @pytest.mark.parametrize("eps", [0.05, 0.7, 3.0, 40.0])

@@ -13,6 +13,7 @@ import pytest
 from scipy import stats
 from scipy.special import lambertw
 
+from textdp.audit.metric import cp_log_ratio_lower
 from textdp.errors import ParameterError
 from textdp.noise import DEFAULT_ETA
 from textdp.sanitize import make_mechanism
@@ -41,15 +42,6 @@ def _counts(m, n_words, n):
     return np.stack([np.bincount(draws[i], minlength=n_words) for i in range(n_words)])
 
 
-def _cp_log_ratio_lower(counts, n, alpha):
-    """Clopper-Pearson: a lower bound, at level alpha per bound, of ln p(y|x) - ln p(y|x') for every
-    (x, x', y), from counts[x, y] of n draws each."""
-    lo = np.nan_to_num(stats.beta.ppf(alpha, counts, n - counts + 1))
-    hi = np.where(counts == n, 1.0, stats.beta.ppf(1 - alpha, counts + 1, n - counts))
-    with np.errstate(divide="ignore"):
-        return np.log(lo)[:, None, :] - np.log(hi)[None, :, :]
-
-
 # ------------------------------------------------------------------------------------------ the audit
 def test_audit_refutes_the_papers_metric_claim(small_emb):
     """The paper claims eps·d metric DP. At eps = 1 (where its scale formula gives a valid b > 0) the
@@ -61,7 +53,7 @@ def test_audit_refutes_the_papers_metric_claim(small_emb):
     assert not m.scale_flipped and m.b > 0  # the paper's formula itself, not textdp's |b| fallback
     v = len(small_emb)
     counts = _counts(m, v, N_AUDIT)
-    lr = _cp_log_ratio_lower(counts, N_AUDIT, ALPHA / v**3)  # Bonferroni over (x, x', y)
+    lr = cp_log_ratio_lower(counts, N_AUDIT, ALPHA / v**3)  # Bonferroni over (x, x', y)
     d = _pairwise(small_emb.vectors)
     excess = lr.max(axis=2) - eps * d
     dd = d + np.eye(v) * 1e9
@@ -100,7 +92,7 @@ def test_claimed_worst_case_is_not_refuted_and_is_infinite_where_inputs_leave_th
     v = len(small_emb)
     w = m.guarantee.worst_case_epsilon
     assert w == pytest.approx(math.log((1 - DEFAULT_ETA + DEFAULT_ETA / v) * v / DEFAULT_ETA), rel=1e-12)
-    lr = _cp_log_ratio_lower(_counts(m, v, 20_000), 20_000, ALPHA / v**3)
+    lr = cp_log_ratio_lower(_counts(m, v, 20_000), 20_000, ALPHA / v**3)
     assert lr.max() <= w
     assert math.isinf(_mech(small_emb, 3.0, output_vocabulary=[f"w{i}" for i in range(6)]).guarantee.worst_case_epsilon)
     assert math.isinf(_mech(small_emb, 3.0, oov="keep").guarantee.worst_case_epsilon)

@@ -773,12 +773,10 @@ def _audit_exact(target, dist, claims, g, random_pairs, search_pairs, top, progr
              "mech.probabilities (no sampling)"]
     viol = []
     if prot is not None:  # UMLDP (ii): a non-sensitive output is produced by its own input only
-        labels = None
         for col in np.flatnonzero(~prot).tolist():
             who = np.flatnonzero(p[:, col] > 0)
             lab = target.output_label(col)
             if any(target.words[i] != lab for i in who.tolist()):
-                labels = labels or []
                 viol.append(f"{lab!r} produced by {', '.join(repr(target.words[i]) for i in who[:3].tolist())}")
     kinds = {
         "closest": _closest_pairs(target, claims, dist),

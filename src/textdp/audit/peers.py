@@ -35,7 +35,6 @@ benchmark (``benchmarks/bench_audit.py --sanitizers``) audits it only through a 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import tempfile
 from typing import Sequence

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from textdp.cli._common import err_console, handle_errors, opt_json, opt_quiet, opt_seed, out_console, print_json, progress
+from textdp.cli._common import handle_errors, opt_json, opt_quiet, opt_seed, print_json, progress
 from textdp.errors import ParameterError
 
 NAME_HELP = ("A textdp word sanitizer (santext, santext+, fbdd, mahalanobis, vickrey, custext, custext+, tem, "
@@ -163,7 +163,6 @@ def register(app: typer.Typer) -> None:
                 target = _user_target(name, eps, metric, epsilon0, embeddings, wl, n_words, seed)
             elif peer:
                 from textdp.audit.peers import pypantera_target
-                from textdp.cli.sanitize import parse_params  # noqa: F401  (the same KEY=VALUE syntax)
 
                 kw = {}
                 for item in param or []:
