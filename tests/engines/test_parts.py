@@ -179,7 +179,8 @@ def test_card_is_the_same_for_neighbouring_inputs(tmp_path):
     assert ca == cb
 
 
-def test_failing_task_leaves_nothing_and_cancels_the_reservation(tmp_path, monkeypatch):
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_failing_task_leaves_nothing_and_cancels_the_reservation(tmp_path, monkeypatch, error):
     src = _write_parts(tmp_path / "in", [4, 5, 3])
     before = _digests(src)
     led_dir = tmp_path / "led"
@@ -187,12 +188,12 @@ def test_failing_task_leaves_nothing_and_cancels_the_reservation(tmp_path, monke
     real = P.sanitize_records
 
     def fail_on_last_part(plan, texts, first):
-        if first >= 9:  # the third part: the first two are committed by then
-            raise RuntimeError("injected task failure")
+        if first >= 9:  # the third part: the first two are committed by then (Ctrl-C: KeyboardInterrupt)
+            raise error("injected task failure")
         return real(plan, texts, first)
 
     monkeypatch.setattr(P, "sanitize_records", fail_on_last_part)
-    with pytest.raises(RuntimeError, match="injected"):
+    with pytest.raises(error, match="injected"):
         sanitize_parts(src, out, _mech(), ledger=led_dir)
     assert not out.exists() and not out.parent.exists()  # the folders it made are gone too
     assert [e["type"] for e in _entries(led_dir)] == ["reservation", "cancel"]
