@@ -12,6 +12,8 @@ Public API::
     laplace_oracle(epsilon, n, scale=None), majority_vote_oracle(p0, p1, n), zoo_oracle(name, epsilon, n)
     audit_sanitizer(mech_or_target, ...) -> MetricAuditResult   (metric-DP audit of word sanitizers: textdp.audit.metric)
     run_grid(...), write_grid_outputs(...)   (the published habernal2022 grid)
+    one_run_audit(scores, included, beta, delta) -> OneRunAudit   (one-run ε lower bound, Steinke et al. 2023)
+    audit_dpsgd(epsilon, delta, canaries, ...) -> DPSGDAudit        (one-run audit of DP-SGD on a text classifier)
 
 The audit's noise is a simulation, not a release: it is drawn from the fast non-cryptographic
 generator of :func:`textdp.noise.simulation_rng` (PCG64DXSM), and every output says so
@@ -56,3 +58,8 @@ __all__ += ["GRIDS", "GridResult", "GridSpec", "load_published", "plot_grid", "r
 from textdp.audit.metric import MetricAuditResult, MetricClaim, audit_sanitizer, claim_from_guarantee  # noqa: E402
 
 __all__ += ["MetricAuditResult", "MetricClaim", "audit_sanitizer", "claim_from_guarantee"]
+
+from textdp.audit.dpsgd import DPSGDAudit, audit_dpsgd  # noqa: E402  (torch and Opacus are imported when it runs)
+from textdp.audit.one_run import OneRunAudit, one_run_audit  # noqa: E402
+
+__all__ += ["OneRunAudit", "one_run_audit", "DPSGDAudit", "audit_dpsgd"]
