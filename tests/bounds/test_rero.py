@@ -131,6 +131,20 @@ def test_neyman_pearson_equals_the_hockey_stick_dual_of_the_public_api():
     assert np.all(both >= rero_bound_from_pld(pld, KAPPAS, "add") - 1e-15)
 
 
+def test_little_noise_takes_a_coarser_grid_and_stays_an_upper_bound():
+    """μ = Δ/σ = 10 would need 2·10⁶ loss levels at 1e-4: the grid becomes 1e-3 and is named in the source."""
+    k = np.array([1e-20, 1e-15, 1e-10])
+    b = rero_mechanism("gaussian", sigma=0.1)
+    assert "discretisation 0.001" in b.source
+    exact = gaussian_rero_bound(k, 10.0)
+    got = b.bound(k)
+    assert np.all(got >= exact - 1e-12)
+    np.testing.assert_allclose(got, exact, rtol=1e-4)
+    lap = rero_mechanism("laplace", epsilon=30.0)  # Laplace losses span 2ε = 60: 3e-4
+    assert "discretisation 0.0003" in lap.source
+    np.testing.assert_allclose(lap.bound([1e-14, 1e-13]), laplace_rero_bound([1e-14, 1e-13], 30.0), rtol=1e-4)
+
+
 # ------------------------------------------------------------------ properties
 
 

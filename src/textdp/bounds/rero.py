@@ -98,6 +98,16 @@ RERO_MECHANISMS = ("laplace", "gaussian", "dpsgd", "randomized-response", "dp")
 #: upper bound for any value, within about 1e-4 of the exact one at this value (tests)
 DEFAULT_DISCRETIZATION = 1e-4
 
+#: at most about this many loss levels per release: a coarser grid is used when one release's losses
+#: span more (a Gaussian with Δ/σ = μ spans about 20μ), so a tiny σ costs neither minutes nor gigabytes
+MAX_LEVELS = 200_000
+
+
+def _grid(disc: float, width: float) -> float:
+    """The discretisation used: ``disc``, or ``width / MAX_LEVELS`` when one release's losses span
+    ``width`` and would need more levels (still a pessimistic PLD, hence still an upper bound)."""
+    return max(disc, width / MAX_LEVELS)
+
 
 # --------------------------------------------------------------------------- checks
 
@@ -275,14 +285,19 @@ def _power(losses: np.ndarray, probs: np.ndarray, inf_mass: float, kappa: np.nda
     Neyman–Pearson test takes the infinite loss (free), then the largest losses while their
     ν-mass fits in κ, then a fraction of the next level. Equals ``inf_{t>0} t κ +
     Σ (1 − t e^{−L})₊ p + inf_mass`` (LP duality), i.e. ``inf_ε e^ε κ + δ(ε)``."""
-    Lr, pr = losses[::-1], probs[::-1]
-    under_ref = np.cumsum(pr * np.exp(-Lr))  # ν-mass of the top levels
+    Lr = losses[::-1]
+    pr = np.maximum(probs[::-1], 0.0)  # FFT composition leaves rounding noise of either sign near 0
+    with np.errstate(divide="ignore", over="ignore"):
+        m = np.exp(np.minimum(np.log(pr) - Lr, 700.0))  # ν-mass of each level, p·e^{−L} (0 where p = 0)
+    under_ref = np.cumsum(m)  # ν-mass of the top levels
     under_alt = np.cumsum(pr)  # ν_z-mass of the same levels
     j = np.minimum(np.searchsorted(under_ref, kappa, side="left"), len(Lr) - 1)
     before_ref = np.where(j > 0, under_ref[np.maximum(j - 1, 0)], 0.0)
     before_alt = np.where(j > 0, under_alt[np.maximum(j - 1, 0)], 0.0)
-    with np.errstate(over="ignore"):
-        out = inf_mass + before_alt + (kappa - before_ref) * np.exp(Lr[j])
+    # the level that straddles κ is taken in part: the share (κ − before)/m_j of its ν-mass, hence of its p_j
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.clip(np.where(m[j] > 0, (kappa - before_ref) / m[j], 1.0), 0.0, 1.0)
+    out = inf_mass + before_alt + share * pr[j]
     out = np.where(kappa >= under_ref[-1], inf_mass + under_alt[-1], out)
     return np.clip(out, 0.0, 1.0)
 
@@ -369,7 +384,9 @@ def rero_mechanism(name: str, *, epsilon: float | None = None, delta: float | No
     * ``dp``: ``epsilon``, ``delta`` (default 0): the closed form for every (ε, δ)-DP
       mechanism (:func:`approx_dp_rero_bound`), no PLD.
 
-    ``discretization``: privacy-loss interval of the PLDs (smaller: tighter and slower).
+    ``discretization``: privacy-loss interval of the PLDs (smaller: tighter and slower); when one
+    release's losses would need more than :data:`MAX_LEVELS` levels (Gaussian and DP-SGD with
+    Δ/σ above 10, Laplace with ε above 10) a coarser grid is used and named in ``source``.
     Parameters a mechanism does not use are refused (ParameterError naming them).
     ParameterError for σ ≤ 0, ε ≤ 0, q outside (0, 1], T or R < 1, k < 2, δ outside [0, 1).
     Cost: one PLD (about 1 s for a Gaussian at 1e-4, T-fold composition by FFT in well under
@@ -404,6 +421,7 @@ def rero_mechanism(name: str, *, epsilon: float | None = None, delta: float | No
     pldm = _pld_module()
     if name == "laplace":
         e = _positive(epsilon, "epsilon")
+        disc = _grid(disc, 2.0 * e)  # Laplace losses lie in [−ε, ε]
         pld = pldm.from_laplace_mechanism(1.0 / e, 1.0, value_discretization_interval=disc)
         if R > 1:
             pld = pld.self_compose(R)
@@ -414,6 +432,7 @@ def rero_mechanism(name: str, *, epsilon: float | None = None, delta: float | No
     if name == "gaussian":
         s = _positive(sigma, "sigma")
         sens = _positive(sensitivity, "sensitivity") if sensitivity is not None else 1.0
+        disc = _grid(disc, 20.0 * sens / s)  # losses μx − μ²/2 over the ~±10 σ dp-accounting keeps
         pld = pldm.from_gaussian_mechanism(s / sens, 1.0, value_discretization_interval=disc)
         if R > 1:
             pld = pld.self_compose(R)
@@ -427,6 +446,7 @@ def rero_mechanism(name: str, *, epsilon: float | None = None, delta: float | No
         s = _positive(sigma, "sigma (the noise multiplier)")
         q = _rate(sampling_rate)
         T = _count(steps, "steps")
+        disc = _grid(disc, 20.0 / s)
         pld = pldm.from_gaussian_mechanism(s, 1.0, value_discretization_interval=disc, sampling_prob=q)
         if T > 1:
             pld = pld.self_compose(T)
