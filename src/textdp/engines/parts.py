@@ -442,8 +442,9 @@ def sanitize_parts(
     file; every part has one format (Parquet, CSV, TSV, JSONL or TXT; see
     :mod:`textdp.data.parts` for which files count). ``output_dir``: a new or empty folder
     (an existing textdp output folder with ``overwrite=True``); it receives
-    ``part-00000.EXT`` ... (one per input part, same format, other columns, nulls and row order
-    kept), ``_privacy.card.json``, a textdp marker and ``_SUCCESS`` (written last).
+    ``part-00000.EXT`` ... (one per task: per input part, see ``task_rows``; same format, other
+    columns, nulls and row order kept), ``_privacy.card.json``, a textdp marker and ``_SUCCESS``
+    (written last). The folder must be on storage that every worker and the driver see.
     ``mech``: a sanitizer built by its constructor (e.g. :func:`textdp.sanitize.make_mechanism`);
     its embeddings given by name or path must be readable on every worker. This call begins
     its release (one key for the whole job, sent to workers in memory only, in the task
