@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from textdp.accounting.ledger import Ledger
-from textdp.engines import LocalEngine, sanitize
+from textdp.engines import LocalEngine, ReleasePlan, sanitize
 from textdp.engines import frames as frames_mod
 from textdp.engines.frames import LEDGER_NAMED, LEDGER_NOT_RECORDED, LEDGER_UNIDENTIFIED, sanitize_frame
 from textdp.errors import BudgetExceededError, InputError, ParameterError
@@ -203,6 +203,11 @@ def test_dask_same_release_for_1_and_3_partitions_on_the_engines_client(referenc
         assert list(got.index) == list(_frame().index) and got["id"].tolist() == list(range(len(TEXTS)))
         assert _values(got["text"]) == reference
         assert card["data"]["engine"] == {"engine": "dask", "workers": 2}
+    # engine="dask" starts a cluster for the call and stops it: the partitions come back first
+    mech = _mech()
+    mech.begin_release()
+    job = frames_mod._DaskJob(dd.from_pandas(_frame(), npartitions=3, sort=False), None, dask_engine, own_engine=True)
+    assert _values(job.run(ReleasePlan.of(mech)).compute()["text"]) == reference  # no client needed
     # a pandas frame on the Dask engine (chunks as tasks) and a dask Series on Dask's threads
     assert _values(sanitize_frame(_frame(), _mech(), engine=dask_engine, chunk_size=5)[0]["text"]) == reference
     s, card = sanitize_frame(dd.from_pandas(_frame(), npartitions=3, sort=False)["text"], _mech())
@@ -248,3 +253,21 @@ def test_spark_same_release_for_1_and_3_partitions_and_an_index_column(reference
     with pytest.raises(ParameterError, match="index_column applies"):
         sanitize_frame(_frame(), _mech(), index_column="id")
     assert len([e for e in _entries(tmp_path) if e["type"] == "release"]) == 2
+
+
+def test_a_textdp_error_raised_in_a_spark_task_comes_back_as_itself():
+    """Spark wraps a task's exception in its own (the Python traceback inside a JVM message);
+    the textdp error in it is raised again, one line (the format of a real run, pyspark 4.3)."""
+    job = object.__new__(frames_mod._SparkJob)
+    wrapped = ("An exception was thrown from the Python worker. Please see the stack trace below.\n"
+               "Traceback (most recent call last):\n  File \"frames.py\", line 1, in _spark_partition\n"
+               "textdp.errors.InputError: partition 2 of the Spark DataFrame had 4 rows when counted and 3 now\n"
+               "\n\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException")
+
+    def fail(message):
+        raise RuntimeError(message)
+
+    with pytest.raises(InputError, match=r"^partition 2 of the Spark DataFrame had 4 rows when counted and 3 now$"):
+        job._action(lambda: fail(wrapped))
+    with pytest.raises(RuntimeError, match="executor lost"):
+        job._action(lambda: fail("executor lost"))

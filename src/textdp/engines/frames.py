@@ -17,8 +17,12 @@ input                                  how it runs, what comes back
 ``datasets.Dataset``                   ``Dataset.map(batched=True, with_indices=True)``,
                                        ``num_proc`` processes allowed; a ``Dataset`` in memory
 ``dask.dataframe`` ``DataFrame`` /     ``map_partitions`` on the Dask engine's client (or Dask's
-``Series``                             default scheduler); a *persisted* dask frame (computed,
-                                       its partitions held in the workers' memory)
+``Series``                             default client, else its threads); a *persisted* dask
+                                       frame (computed, its partitions held in the workers'
+                                       memory: compute it with that client,
+                                       ``engine.client.compute(out)``); with ``engine="dask"``
+                                       (a cluster this call starts and stops) the partitions
+                                       are gathered into this process first
 ``pyspark.sql.DataFrame``              ``mapInArrow`` in the DataFrame's own session; a
                                        *checkpointed* DataFrame (computed, lineage cut: it no
                                        longer holds the release key)
@@ -727,7 +731,10 @@ class _SparkJob(_Job):
     def engine_info(self, eng) -> dict:
         if eng is not None:
             return eng.describe()
-        return {"engine": "spark", "workers": int(self.data.sparkSession.sparkContext.defaultParallelism)}
+        try:
+            return {"engine": "spark", "workers": int(self.data.sparkSession.sparkContext.defaultParallelism)}
+        except Exception:  # Spark Connect: no SparkContext on the client
+            return {"engine": "spark"}
 
 
 _RUNNERS = {
