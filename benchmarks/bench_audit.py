@@ -29,6 +29,7 @@ Usage::
 
     python benchmarks/bench_audit.py [--quick] [--official /tmp/habernal_official/experiment.py [--reference]]
                                      [--reps 3] [--skip-grid]
+    python benchmarks/bench_audit.py --sanitizers [--quick]    (metric-DP audit of word sanitizers and peers)
 
 ``--dpsgd`` runs only the one-run audit of DP-SGD instead (issue 17): ``textdp audit dpsgd``'s bag-of-words
 logistic regression on Rotten Tomatoes (10,246 training snippets), Opacus DP-SGD calibrated to ε = 1, 2, 4, 8
@@ -207,6 +208,9 @@ def main() -> None:
     ap.add_argument("--dpsgd", action="store_true", help="only the one-run audit of DP-SGD (issue 17) at eps 1, 2, 4, 8 "
                     "with 1,000 and 10,000 canaries")
     ap.add_argument("--seed", type=int, default=1, help="seed of the --dpsgd runs (a simulation, not a release)")
+    ap.add_argument("--sanitizers", action="store_true", help="only the metric-DP audit of every textdp word sanitizer, "
+                    "the broken replicas and pyPANTERA's / mldp-text's implementations (issue 17; "
+                    "benchmarks/_audit_sanitizers.py; with --quick: fewer words and draws)")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.job:
@@ -219,6 +223,12 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at start (shared machine)")
     if a.dpsgd:
         _dpsgd_section(a.seed)
+        return
+    if a.sanitizers:
+        sys.path.insert(0, str(HERE))
+        import _audit_sanitizers
+
+        _audit_sanitizers.run(quick=a.quick, seed=a.seed)
         return
     N = int(a.samples)
     if not a.skip_grid:

@@ -265,3 +265,37 @@ def test_pypantera_samplers_run_through_the_same_audit():
     state = np.random.get_state()[1][:4].copy()
     pypantera_target("cmp", emb, 2.0, vocabulary=list(emb.words), words=["w0", "w1"]).sample(0, 10, np.random.default_rng(1))
     assert np.array_equal(np.random.get_state()[1][:4], state)  # numpy's global state is restored
+
+
+def test_pypantera_custext_law_has_an_infinite_loss_between_neighbours():
+    """pyPANTERA's CusText gives every word its own top-k set (its _getCustomizedMapping): two close words
+    with different sets have an output one can produce and the other cannot (loss inf > eps). Its sampler
+    cannot run under numpy 2 (float32 probabilities), so its law is audited exactly (LawTarget)."""
+    from textdp.audit.peers import pypantera_available, pypantera_target
+
+    if not pypantera_available():
+        pytest.skip("pypantera is not installed")
+    emb = _emb(v=30, m=3, seed=2)
+    t = pypantera_target("custext", emb, 3.0, vocabulary=list(emb.words), words=list(emb.words[:12]), law=True, k=5)
+    r = audit_sanitizer(t, seed=0)
+    assert r.method == "exact" and r.flagged and math.isinf(r.worst["closest"][0].loss)
+    assert r.claim.discrete and r.worst["closest"][0].claim == 3.0
+    sampled = pypantera_target("custext", emb, 3.0, vocabulary=list(emb.words), words=list(emb.words[:4]), k=5)
+    res = None
+    try:
+        res = audit_sanitizer(sampled, samples=200, seed=0)
+    except ParameterError as exc:  # every word failed: its sampler refuses float32 probabilities
+        assert "probabilities do not sum to 1" in str(exc)
+    if res is not None:  # some words sampled (numpy accepted their float32 sums): those failing are reported
+        assert all("probabilities" in m for m in res.failed_words.values())
+
+
+def test_sampled_result_states_its_ceiling():
+    words = ["a", "b"]
+    claim = MetricClaim(1.0, 0.0, "discrete", "pure-dp")
+    r = audit_sanitizer(callable_target(lambda w, n, rng: [w] * n, claim, words), samples=1000, seed=0)
+    assert r.flagged and r.verdict == "FLAG"  # the identity: each output is impossible from the other word
+    # an output seen 1000/1000 times against 0/1000 is the largest bound 1000 draws can give
+    top = r.worst["search"][0]
+    assert top.counts[:2] == (1000, 0) and top.loss == pytest.approx(r.ceiling, rel=1e-12)
+    assert 5.0 < r.ceiling < math.log(1000)

@@ -77,7 +77,7 @@ from textdp.audit.stats import check_alpha, clopper_pearson_lower, clopper_pears
 from textdp.errors import ParameterError
 
 __all__ = [
-    "MetricClaim", "claim_from_guarantee", "AuditTarget", "SanitizerTarget", "CallableTarget",
+    "MetricClaim", "claim_from_guarantee", "AuditTarget", "SanitizerTarget", "CallableTarget", "LawTarget",
     "sanitizer_target", "callable_target", "candidate_words", "nearest_word_candidates", "PairResult", "MetricAuditResult",
     "audit_sanitizer", "exact_loss_matrix", "worst_excess", "cp_log_ratio_lower", "SamplerFailure",
     "PAIR_KINDS", "METHODS",
@@ -403,6 +403,49 @@ class CallableTarget(AuditTarget):
         return self._labels[int(code)]
 
 
+class LawTarget(AuditTarget):
+    """A finite law given as a matrix, audited exactly: ``probabilities`` float64 ``(W, V)`` (row ``i``: the
+    output law of ``words[i]`` over the outputs ``labels``), with ``claim`` and the ``(W, W)`` distances (None:
+    the discrete metric). For a mechanism whose sampler cannot run but whose law can be read from its own
+    code (e.g. pyPANTERA's CusText, :mod:`textdp.audit.peers`). Raises ParameterError for a bad shape or a
+    row that is not a probability vector."""
+
+    exact = True
+
+    def __init__(self, words: Sequence[str], probabilities, labels: Sequence[str], claim: MetricClaim,
+                 distances: np.ndarray | None = None, name: str = "law", sampler_note: str = ""):
+        self.words = _check_words(words, name)
+        p = np.asarray(probabilities, dtype=np.float64)
+        if p.shape != (len(self.words), len(labels)):
+            raise ParameterError(f"{name}: probabilities must be ({len(self.words)}, {len(labels)}), got {p.shape}")
+        if (p < 0).any() or not np.isfinite(p).all() or np.abs(p.sum(axis=1) - 1).max() > 1e-6:
+            raise ParameterError(f"{name}: every row of probabilities must be a probability vector")
+        self._p = p
+        self._labels = [str(x) for x in labels]
+        self.claim = claim
+        self.name = name
+        self.sampler_note = sampler_note or "the law as given"
+        d = 1.0 - np.eye(len(self.words)) if distances is None else np.asarray(distances, dtype=np.float64)
+        if d.shape != (len(self.words), len(self.words)):
+            raise ParameterError(f"{name}: distances must be ({len(self.words)}, {len(self.words)}), got {d.shape}")
+        self._dist = d
+
+    def distance(self, i, j) -> np.ndarray:
+        return self._dist[np.asarray(i), np.asarray(j)]
+
+    def probabilities(self) -> np.ndarray:
+        return self._p
+
+    def sample(self, i: int, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.choice(len(self._labels), size=int(n), p=self._p[i])
+
+    def n_codes(self) -> int:
+        return len(self._labels)
+
+    def output_label(self, code: int) -> str:
+        return self._labels[int(code)]
+
+
 def _euclidean(x: np.ndarray) -> np.ndarray:
     sq = (x * x).sum(axis=1)
     d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * (x @ x.T), 0.0)
@@ -613,6 +656,11 @@ class MetricAuditResult:
     notes: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     simulation: str = ""
+    #: distinct pairs whose loss was computed (exact: every pair of candidates; sampled: the bounded ones)
+    evaluated: int = 0
+    #: sampled: the largest lower bound these sample sizes can give (an output seen n times out of n under one
+    #: word and never under the other); a claim above it cannot be refuted by this audit. inf for exact.
+    ceiling: float = math.inf
 
     @property
     def verdict(self) -> str:
@@ -623,7 +671,7 @@ class MetricAuditResult:
         return {
             "name": self.name, "method": self.method, "claim": self.claim.to_dict(), "claim_text": self.claim.text(),
             "alpha": self.alpha, "samples": self.samples, "words": len(self.words), "pairs": len(self.pairs),
-            "verdict": self.verdict, "flagged": self.flagged, "max_loss": self.max_loss,
+            "evaluated": self.evaluated, "ceiling": self.ceiling, "verdict": self.verdict, "flagged": self.flagged, "max_loss": self.max_loss,
             "worst_case_flagged": self.worst_case_flagged, "umldp_violations": self.umldp_violations,
             "failed_words": self.failed_words, "notes": self.notes, "wall_s": self.wall_s,
             "simulation": self.simulation,
@@ -810,7 +858,7 @@ def _audit_exact(target, dist, claims, g, random_pairs, search_pairs, top, progr
         notes.append(f"{int(exceed.sum())} of {len(iu)} candidate pairs exceed their claim")
     worst = {k: _top([r for r in results if r.kind == k], top) for k in PAIR_KINDS}
     return MetricAuditResult(target.name, "exact", target.claim, 0.0, 0, list(target.words), results, worst,
-                             flagged, max_loss, wc_flag, viol, {}, notes)
+                             flagged, max_loss, wc_flag, viol, {}, notes, evaluated=len(iu))
 
 
 def _exact_pair(target, a, b, kind, dist, claims, m, p, prot) -> PairResult:
@@ -920,8 +968,10 @@ def _audit_sampled(target, dist, claims, g, n, alpha, random_pairs, search_pairs
         choice[(a, b)] = (a, b, e1, s1) if s1 >= s2 else (b, a, e2, s2)
         best = max(s1, s2)
         c = claims[a, b]
-        score[k] = best - c if math.isfinite(c) else (best - (target.claim.worst_case_epsilon or math.inf)
-                                                     if target.claim.worst_case_epsilon is not None else -math.inf)
+        if not math.isfinite(c):  # nothing claimed for the pair: rank by the plain-DP worst case, or the loss
+            wc = target.claim.worst_case_epsilon
+            c = wc if wc is not None and math.isfinite(wc) else 0.0
+        score[k] = best - c
     kinds = {"closest": _closest_pairs(target, covered, dist),
              "random": _random_pairs(target, covered, random_pairs, g)}
     kinds = {k: [(a, b) for a, b in v if ok[a] and ok[b]] for k, v in kinds.items()}
@@ -959,13 +1009,19 @@ def _audit_sampled(target, dist, claims, g, n, alpha, random_pairs, search_pairs
     max_loss = max((r.loss for r in uniq), default=0.0)
     wc = target.claim.worst_case_epsilon
     wc_flag = bool(wc is not None and prot is None and max_loss > wc)
+    with np.errstate(divide="ignore"):
+        ceiling = float(np.log(clopper_pearson_lower(n, n, a_ev)) - np.log(clopper_pearson_upper(0, n, a_ev)))
+    unreachable = sum(1 for r in uniq if math.isfinite(r.claim) and r.claim >= ceiling)
     notes = [f"sampled: {n:,} draws per word for choosing pairs and events, {n:,} more for the bounds; "
              f"{len(evaluated)} pairs evaluated, each bound at level {alpha:g}/{2 * len(evaluated)} "
              f"(simultaneous {100 * (1 - alpha):g}% confidence)",
-             f"sampler: {target.sampler_note}"]
+             f"sampler: {target.sampler_note}",
+             f"ceiling: no lower bound from {n:,} draws can exceed {ceiling:.3g}; {unreachable} of the {len(uniq)} "
+             f"evaluated pairs claim more, so this audit cannot refute their claims (more --samples raise it by ln 10 "
+             f"per factor 10)"]
     if failed:
         first = next(iter(failed.values()))
         notes.append(f"the sampler failed on {len(failed)} of {w} words, left out (first: {first})")
     worst = {k: _top([r for r in results if r.kind == k], top) for k in PAIR_KINDS}
     return MetricAuditResult(target.name, "sampled", target.claim, alpha, n, list(target.words), results, worst,
-                             flagged, max_loss, wc_flag, viol, failed, notes)
+                             flagged, max_loss, wc_flag, viol, failed, notes, evaluated=len(evaluated), ceiling=ceiling)

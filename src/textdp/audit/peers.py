@@ -41,7 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
-from textdp.audit.metric import CallableTarget, MetricClaim, SamplerFailure, _euclidean, nearest_word_candidates
+from textdp.audit.metric import CallableTarget, LawTarget, MetricClaim, SamplerFailure, _euclidean, nearest_word_candidates
 from textdp.errors import MissingPackageError, ParameterError
 
 __all__ = ["PYPANTERA", "pypantera_available", "pypantera_target", "write_glove_file"]
@@ -103,7 +103,7 @@ def _one_blas_thread():
 
 def pypantera_target(name: str, embeddings, epsilon: float, words: Sequence[str] | None = None,
                      vocabulary: Sequence[str] | int = 1000, n_words: int = 20, seed: int | None = 0,
-                     **params) -> CallableTarget:
+                     law: bool = False, **params) -> CallableTarget | LawTarget:
     """pyPANTERA's mechanism ``name`` (a key of :data:`PYPANTERA`) as an audit target.
 
     embeddings: an :class:`textdp.embeddings.Embeddings` or a name/path (default tables as in
@@ -112,7 +112,11 @@ def pypantera_target(name: str, embeddings, epsilon: float, words: Sequence[str]
     is ``O(V · dim)`` floats per word); words: the candidate inputs (default: ``n_words`` random words of
     the vocabulary, each with its nearest neighbour; ``seed`` picks them); params: the mechanism's own
     (``lam``, ``t``, ``k``, ``beta``; defaults in :data:`PYPANTERA`). Returns a
-    :class:`~textdp.audit.metric.CallableTarget` whose ``fn`` calls pyPANTERA's ``processText``.
+    :class:`~textdp.audit.metric.CallableTarget` whose ``fn`` calls pyPANTERA's ``processText``; with
+    ``law=True`` (``custext`` only) a :class:`~textdp.audit.metric.LawTarget` holding the law pyPANTERA's own
+    ``_getCustomizedMapping`` computes for each word (its word list and float32 probabilities, renormalised
+    in float64), audited exactly: for when its sampler cannot run (``np.random.choice`` refuses its float32
+    probabilities under numpy 2).
     Raises MissingPackageError without pypantera, ParameterError for an unknown name or parameter.
     """
     import importlib
@@ -169,6 +173,21 @@ def pypantera_target(name: str, embeddings, epsilon: float, words: Sequence[str]
     else:
         claim = MetricClaim(float(epsilon), 0.0, metric, "metric-dp",
                             description=f"{epsilon:g}·d metric DP per word ({metric})")
+    if law:
+        if key != "custext":
+            raise ParameterError("law=True reads the law from pyPANTERA's code: only for custext")
+        labels = list(loaded)
+        col = {w: i for i, w in enumerate(labels)}
+        probs = np.zeros((len(words), len(labels)))
+        for i, w in enumerate(words):
+            sim, pd = obj._getCustomizedMapping(w)
+            for y, q in zip(sim[w], pd[w]):
+                probs[i, col[y]] += float(q)
+            probs[i] /= probs[i].sum()
+        t = LawTarget(words, probs, labels, claim, dist, name=f"pypantera {key} (its law)",
+                      sampler_note="pyPANTERA 1.0.2 CusText._getCustomizedMapping: its top-k words and probabilities")
+        t.notes = []
+        return t
     fn = _sampler(key, obj)
     t = CallableTarget(fn, words, claim, dist, name=f"pypantera {key}",
                        sampler_note=f"pyPANTERA 1.0.2 {cls_name}.processText (numpy's global state, seeded from "

@@ -74,13 +74,16 @@ def _print(result, quiet: bool) -> None:
     if wc is not None:
         line += f" (plain-DP worst case claimed: {_fmt(wc)}{'; FLAG' if result.worst_case_flagged else ''})"
     con.print(line, highlight=False, markup=False)
+    if result.method == "sampled":
+        con.print(f"ceiling: no lower bound from {result.samples:,} draws per word can exceed {_fmt(result.ceiling)} "
+                  f"(a claim above it cannot be refuted at this size)", highlight=False, markup=False)
     if result.umldp_violations:
         con.print(f"FLAG: non-sensitive outputs produced by another input: {'; '.join(result.umldp_violations[:3])}",
                   highlight=False, markup=False)
     verdict = ("[bold red]FLAG[/]: the claim is refuted" + (" at this confidence" if result.method == "sampled" else "")
                if result.verdict == "FLAG" else
                "[green]not refuted[/] (an audit can refute a claim, never certify one)")
-    con.print(f"verdict: {verdict}; {len(result.words)} candidate words, {len(result.pairs)} pairs, "
+    con.print(f"verdict: {verdict}; {len(result.words)} candidate words, {result.evaluated} pairs evaluated, "
               f"{result.wall_s:.1f} s", highlight=False)
     if not quiet:
         for n in result.notes:
