@@ -132,17 +132,18 @@ def test_neyman_pearson_equals_the_hockey_stick_dual_of_the_public_api():
 
 
 def test_little_noise_takes_a_coarser_grid_and_stays_an_upper_bound():
-    """μ = Δ/σ = 10 would need 2·10⁶ loss levels at 1e-4: the grid becomes 1e-3 and is named in the source."""
+    """μ = Δ/σ = 10 would need 2·10⁶ loss levels at 1e-4: the grid becomes 5e-4 and is named in the source."""
     k = np.array([1e-20, 1e-15, 1e-10])
     b = rero_mechanism("gaussian", sigma=0.1)
-    assert "discretisation 0.001" in b.source
+    assert "discretisation 0.0005" in b.source
+    from textdp.bounds.rero import MAX_LEVELS, _grid
+
+    assert MAX_LEVELS == 400_000 and _grid(1e-4, 20 * 2.0) == 1e-4  # σ ≥ 0.5 keeps dp-accounting's default
+    assert _grid(1e-4, 2 * 60.0) == pytest.approx(3e-4)  # Laplace, ε = 60
     exact = gaussian_rero_bound(k, 10.0)
     got = b.bound(k)
     assert np.all(got >= exact - 1e-12)
     np.testing.assert_allclose(got, exact, rtol=1e-4)
-    lap = rero_mechanism("laplace", epsilon=30.0)  # Laplace losses span 2ε = 60: 3e-4
-    assert "discretisation 0.0003" in lap.source
-    np.testing.assert_allclose(lap.bound([1e-14, 1e-13]), laplace_rero_bound([1e-14, 1e-13], 30.0), rtol=1e-4)
 
 
 # ------------------------------------------------------------------ properties
@@ -202,6 +203,9 @@ def test_the_bound_object_reports_what_it_compares():
     (lambda: rero_mechanism("dp", epsilon=1.0, delta=1.0), r"delta must be in \[0, 1\)"),
     (lambda: rero_mechanism("exponential", epsilon=1.0), r"unknown mechanism 'exponential'"),
     (lambda: gaussian_rero_bound(0.1, -1.0), r"mu .* must be ≥ 0"),
+    (lambda: rero_mechanism("gaussian", sigma=0.01), r"sigma/sensitivity = 0.01 is below 0.02"),
+    (lambda: rero_mechanism("gaussian", sigma=0.5, sensitivity=50.0), r"is below 0.02 \(μ = Δ/σ above 50\)"),
+    (lambda: rero_mechanism("dpsgd", sigma=0.001, sampling_rate=0.1, steps=3), r"rises to 1 − \(1 − q\)\^T"),
 ])
 def test_bad_input_is_one_clear_line(call, match):
     with pytest.raises(ParameterError, match=match) as ei:

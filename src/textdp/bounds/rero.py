@@ -100,7 +100,11 @@ DEFAULT_DISCRETIZATION = 1e-4
 
 #: at most about this many loss levels per release: a coarser grid is used when one release's losses
 #: span more (a Gaussian with Δ/σ = μ spans about 20μ), so a tiny σ costs neither minutes nor gigabytes
-MAX_LEVELS = 200_000
+MAX_LEVELS = 400_000
+
+#: smallest σ/Δ the Gaussian PLDs are built for (μ = Δ/σ ≤ 50 per release): below it dp-accounting's
+#: construction takes gigabytes (σ/Δ = 0.001: 2.5 GB, 26 s of CPU) and the answer is known anyway
+MIN_NOISE = 0.02
 
 
 def _grid(disc: float, width: float) -> float:
@@ -385,10 +389,13 @@ def rero_mechanism(name: str, *, epsilon: float | None = None, delta: float | No
       mechanism (:func:`approx_dp_rero_bound`), no PLD.
 
     ``discretization``: privacy-loss interval of the PLDs (smaller: tighter and slower); when one
-    release's losses would need more than :data:`MAX_LEVELS` levels (Gaussian and DP-SGD with
-    Δ/σ above 10, Laplace with ε above 10) a coarser grid is used and named in ``source``.
+    release's losses would need more than :data:`MAX_LEVELS` levels at that interval (Gaussian
+    and DP-SGD with Δ/σ above 2, Laplace with ε above 20, at 1e-4) a coarser grid is used and
+    named in ``source``.
     Parameters a mechanism does not use are refused (ParameterError naming them).
-    ParameterError for σ ≤ 0, ε ≤ 0, q outside (0, 1], T or R < 1, k < 2, δ outside [0, 1).
+    ParameterError for σ ≤ 0, ε ≤ 0, q outside (0, 1], T or R < 1, k < 2, δ outside [0, 1), and for
+    σ/Δ below :data:`MIN_NOISE` (Gaussian, DP-SGD: the PLD would take gigabytes; the message gives
+    the bound's known limit).
     Cost: one PLD (about 1 s for a Gaussian at 1e-4, T-fold composition by FFT in well under
     a second for T = 10⁴ at q = 0.004).
     """
@@ -432,6 +439,10 @@ def rero_mechanism(name: str, *, epsilon: float | None = None, delta: float | No
     if name == "gaussian":
         s = _positive(sigma, "sigma")
         sens = _positive(sensitivity, "sensitivity") if sensitivity is not None else 1.0
+        if s / sens < MIN_NOISE:
+            raise ParameterError(f"sigma/sensitivity = {s / sens:.3g} is below {MIN_NOISE:g} (μ = Δ/σ above "
+                                 f"{1 / MIN_NOISE:g}): its privacy-loss distribution would take gigabytes, and the bound "
+                                 "Φ(Φ⁻¹(κ) + μ) is 1 in float64 for every κ ≥ 1e-300 (gaussian_rero_bound)")
         disc = _grid(disc, 20.0 * sens / s)  # losses μx − μ²/2 over the ~±10 σ dp-accounting keeps
         pld = pldm.from_gaussian_mechanism(s / sens, 1.0, value_discretization_interval=disc)
         if R > 1:
@@ -446,6 +457,10 @@ def rero_mechanism(name: str, *, epsilon: float | None = None, delta: float | No
         s = _positive(sigma, "sigma (the noise multiplier)")
         q = _rate(sampling_rate)
         T = _count(steps, "steps")
+        if s < MIN_NOISE:
+            raise ParameterError(f"noise multiplier sigma = {s:.3g} is below {MIN_NOISE:g}: its privacy-loss distribution "
+                                 "would take gigabytes; as σ → 0 the bound rises to 1 − (1 − q)^T (1 − κ), which bounds "
+                                 "it for every σ")
         disc = _grid(disc, 20.0 / s)
         pld = pldm.from_gaussian_mechanism(s, 1.0, value_discretization_interval=disc, sampling_prob=q)
         if T > 1:

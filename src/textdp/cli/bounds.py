@@ -609,8 +609,10 @@ def rero_cmd(
         _wide().print(t)
         for (label, _), c in zip(curves, per):
             out_console.print(f"{label}: {c.describe}" if len(per) > 1 else c.describe)
+        sources = {c.source for c in per}
+        how = per[0].source if len(sources) == 1 else "; ".join(f"{lab}: {c.source}" for (lab, _), c in zip(curves, per))
         out_console.print(f"κ: success of the best guess without the release. neighbours: {per[0].neighbours}. "
-                          f"computed from: {per[0].source}.")
+                          f"computed from: {how}.")
     if plot is not None and not quiet:
         err_console.print(f"wrote {plot} (the feature game's releases are simulated with a non-cryptographic "
                           "generator; nothing is released)", markup=False)
