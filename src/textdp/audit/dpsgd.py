@@ -161,7 +161,7 @@ class DPSGDAudit:
     flagged: bool
     test_accuracy: float
     seconds: dict
-    accountant: str = "opacus RDP"
+    accountant: str = "Opacus RDP"
     seed: dict = field(default_factory=dict)
     simulation_rng: str = ""
     canary_scores: np.ndarray | None = field(default=None, repr=False)
@@ -354,7 +354,7 @@ def audit_dpsgd(
     yt_test = np.array([lab_idx[v] for v in ds.test[ds.label_column]])
     acc = float(np.mean(np.asarray(Xt @ W.T).argmax(axis=1) == yt_test)) if len(yt_test) else float("nan")
     return DPSGDAudit(
-        dataset=ds.name, model=f"bag-of-words logistic regression (2^{hash_bits} hashed word rows + {m} canary rows)",
+        dataset=ds.name, model=f"bag-of-words logistic regression (2^{hash_bits} hashed word rows + {m:,} canary rows)",
         canaries=m, included=int(included.sum()), train_examples=n, epsilon_target=epsilon, claimed_epsilon=claimed,
         delta=delta, sigma=sigma, sigma_used=sigma_used, sample_rate=q, steps=steps, clip=clip, lr=lr, broken=bool(broken),
         score=score, threat_model=THREAT_MODELS[score], audit=audit, flagged=bool(audit.epsilon_lower > claimed),
