@@ -2,7 +2,7 @@
 
 Guo et al.'s bounds (:mod:`textdp.bounds.rdp`, :mod:`textdp.bounds.fil`) bound the *error* of
 an attack. Hayes, Mahloujifar & Balle, "Bounding Training Data Reconstruction in DP-SGD"
-(NeurIPS 2023, §3), and Kaissis, Hayes, Ziller & Rueckert, "Bounding data reconstruction
+(NeurIPS 2023), and Kaissis, Hayes, Ziller & Rueckert, "Bounding data reconstruction
 attacks with the hypothesis testing interpretation of differential privacy" (2023), bound
 its *success probability* instead, through the hypothesis-testing view of DP.
 
@@ -46,13 +46,13 @@ mechanism                   parameters                                 pair of l
 Neighbours: Laplace and Gaussian: two inputs whose query values differ by the sensitivity
 (whatever relation the sensitivity is stated for); randomized response: replace-one (one
 report changes); DP-SGD: Poisson subsampling with rate q, the reference is training without
-the target (add/remove one example, Hayes et al. §3) and the target's clipped gradient has
+the target (add/remove one example, Hayes et al.) and the target's clipped gradient has
 norm at most C, noise std σC.
 
 Closed forms (tested against the PLD route): μ-GDP (the Gaussian mechanism with
-μ = Δ₂√R/σ) gives ``Φ(Φ⁻¹(κ) + μ)`` (Hayes et al. §3; Kaissis et al.); (ε, δ)-DP gives
+μ = Δ₂√R/σ) gives ``Φ(Φ⁻¹(κ) + μ)`` (Hayes et al.; Kaissis et al.); (ε, δ)-DP gives
 ``min(1, e^ε κ + δ, 1 − e^{−ε}(1 − δ − κ))``, the trade-off of (ε, δ)-DP (Kairouz, Oh &
-Viswanath 2015; Dong et al. 2022, Prop. 2.5), reached by binary randomized response; k-ary
+Viswanath 2015; Dong, Roth & Su 2022, §2), reached by binary randomized response; k-ary
 randomized response and the Laplace mechanism have the piecewise forms of
 :func:`randomized_response_rero_bound` and :func:`laplace_rero_bound`.
 
@@ -180,7 +180,7 @@ def _delta(d) -> float:
 
 
 def gaussian_rero_bound(kappa, mu: float) -> np.ndarray:
-    """ReRo bound of a μ-GDP mechanism: ``Φ(Φ⁻¹(κ) + μ)`` (Hayes et al. 2023 §3, the Gaussian
+    """ReRo bound of a μ-GDP mechanism: ``Φ(Φ⁻¹(κ) + μ)`` (Hayes et al. 2023, the Gaussian
     mechanism with μ = Δ₂/σ; Kaissis et al. 2023 for any μ-GDP mechanism).
 
     ``kappa``: baseline success(es) in (0, 1), any shape; ``mu`` ≥ 0 (R Gaussian releases with
@@ -202,7 +202,7 @@ def approx_dp_rero_bound(kappa, epsilon: float, delta: float = 0.0) -> np.ndarra
     """ReRo bound of any (ε, δ)-DP mechanism: ``min(1, e^ε κ + δ, 1 − e^{−ε}(1 − δ − κ))``.
 
     1 − f at κ for the trade-off function of (ε, δ)-DP, f(α) = max(0, 1 − δ − e^ε α,
-    e^{−ε}(1 − δ − α)) (Kairouz, Oh & Viswanath 2015; Dong, Roth & Su 2022, Prop. 2.5); binary
+    e^{−ε}(1 − δ − α)) (Kairouz, Oh & Viswanath 2015; Dong, Roth & Su 2022, §2); binary
     randomized response (δ = 0) attains it, so no smaller bound holds for every ε-DP mechanism.
     ``kappa`` in (0, 1), any shape; ``epsilon`` ≥ 0 (+inf gives 1); ``delta`` in [0, 1).
     Returns float64 of ``kappa``'s shape."""
@@ -312,7 +312,7 @@ def rero_bound_from_pld(pld, kappa, adjacency: str = "both") -> np.ndarray:
     ``pld``: a ``dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution``. Its
     REMOVE pmf is the pair (ν_z = law with the record, ν = law without it); its ADD pmf the
     reversed pair. ``adjacency``: ``"remove"`` (the reference is the dataset without the target:
-    DP-SGD, Hayes et al. §3), ``"add"``, or ``"both"`` (the larger of the two: valid whatever the
+    DP-SGD, Hayes et al.), ``"add"``, or ``"both"`` (the larger of the two: valid whatever the
     reference; default; for symmetric PLDs the three agree). ``kappa``: baseline success(es)
     in (0, 1), any shape. Returns float64 of ``kappa``'s shape, in [κ, 1] up to discretisation.
 
@@ -380,7 +380,7 @@ def rero_mechanism(name: str, *, epsilon: float | None = None, delta: float | No
       dp-accounting's Laplace mechanism (scale 1/ε, sensitivity 1), composed R times.
     * ``gaussian``: ``sigma`` (noise std), L2 ``sensitivity`` Δ₂ (default 1), ``releases`` R.
     * ``dpsgd``: ``sigma`` = noise multiplier (noise std / clip norm C), ``sampling_rate`` q in
-      (0, 1] (Poisson subsampling), ``steps`` T. The pair of Hayes et al. §3: N(0, σ²)^T
+      (0, 1] (Poisson subsampling), ``steps`` T. The pair of Hayes et al.: N(0, σ²)^T
       against ((1 − q) N(0, σ²) + q N(1, σ²))^T, the REMOVE pmf of dp-accounting's subsampled
       Gaussian composed T times (the reference is training without the target).
     * ``randomized-response``: ``epsilon`` per report, ``categories`` k ≥ 2 (default 2);
