@@ -429,7 +429,8 @@ def _main(argv: list[str]) -> int:
     if argv[0] == "update":
         for e in entries:
             if e.id in argv[1:]:
-                print(f"{e.id}: {update_block(e, find_block(e, blocks))}")
+                # the doc is re-read for every entry: a rewritten block moves the ones after it
+                print(f"{e.id}: {update_block(e, find_block(e, all_blocks()))}")
         return 0
     print(__doc__)
     return 2
