@@ -113,3 +113,10 @@ def test_parent_options_before_the_subcommand_are_refused():
 def test_api_bad_values_raise_parameter_error():
     with pytest.raises(ParameterError, match="batch_size 5000 is larger"):
         audit_dpsgd(2.0, 1e-5, 10, max_examples=100, batch_size=5000, seed=0)
+
+
+def test_empty_poisson_batches_still_step():
+    """q = 1/55: most of the 12 Poisson batches are empty; each still takes a (noise-only) step."""
+    r = audit_dpsgd(2.0, 1e-5, 10, max_examples=50, batch_size=1, epochs=0.2, seed=3, fdp=False)
+    assert r.steps == 12 and r.sample_rate == pytest.approx(1 / 55)
+    assert np.all(np.isfinite(r.canary_scores)) and np.any(r.canary_scores != 0)  # the noise reached the rows
