@@ -53,11 +53,14 @@ def _fail_once(marker, mode, plan, chunk):
 
 
 def _slow_write_or_fail(folder, i):
-    """Item 0 fails at once; the others write a file after 1.5 s (still running when 0 fails)."""
+    """Item 0 fails at once; the others run until the driver creates ``go`` (at most 4 s), then
+    write ``done-i``: a task still running after the map raised would write once ``go`` exists."""
     if i == 0:
         time.sleep(0.2)
         raise ValueError("item 0 fails for good")
-    time.sleep(1.5)
+    end = time.monotonic() + 4.0
+    while time.monotonic() < end and not Path(folder, "go").exists():
+        time.sleep(0.02)
     Path(folder, f"done-{i}").write_text("x")
     return i
 
@@ -129,8 +132,9 @@ def test_a_failed_map_raises_only_when_none_of_its_tasks_can_still_write(engine,
     with pytest.raises(ValueError, match="fails for good"):
         eng.map(functools.partial(_slow_write_or_fail, str(tmp_path)), [0, 1, 2, 3])
     at_raise = sorted(p.name for p in tmp_path.iterdir())
-    time.sleep(2.5)  # longer than any task still running could take to write
-    assert sorted(p.name for p in tmp_path.iterdir()) == at_raise
+    (tmp_path / "go").write_text("x")  # a task still running would now write at once
+    time.sleep(2.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(at_raise + ["go"])
 
 
 # ------------------------------------------------------------------------------ sanitize_parts on engines

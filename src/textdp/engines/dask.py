@@ -160,9 +160,11 @@ class DaskEngine(Engine):
                 raise ParameterError(f"cannot reach the Dask scheduler at {self.scheduler}: "
                                      f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
             return self
-        # workers inherit this config from their nanny: results never spill to a worker's disk
+        # workers inherit this config from their nanny: results never spill to a worker's disk,
+        # and no statistical profiler thread samples the tasks (it costs CPU on every worker)
         with dask.config.set({"distributed.worker.memory.target": False,
-                              "distributed.worker.memory.spill": False}):
+                              "distributed.worker.memory.spill": False,
+                              "distributed.worker.profile.enabled": False}):
             cluster = LocalCluster(n_workers=self._n_local, threads_per_worker=1, processes=True,
                                    dashboard_address=None, host="127.0.0.1", silence_logs=logging.ERROR,
                                    # no dashboard; the scheduler's small HTTP server (health,
