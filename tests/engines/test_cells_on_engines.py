@@ -37,3 +37,24 @@ def test_audit_grid_cells_on_an_engine_match_one_process():
     assert facts(one) == facts(eng)
     assert len(facts(one)) == 8
     assert sum(seen) == sum(2 * (3000 + math.ceil(0.1 * 3000)) * n for n in (1, 3)) * 2 * 2
+
+
+def test_cli_audit_grid_engine_option(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from textdp.cli.main import app
+
+    r = CliRunner()
+    base = ["audit", "--grid", "habernal2022", "--mechanism", "laplace", "--epsilon", "1", "--dims", "1,2",
+            "--samples", "2000", "--seed", "4", "--json", "-q"]
+    one = r.invoke(app, base)
+    eng = r.invoke(app, base + ["--engine", "dask", "--workers", "1"])  # a local Dask cluster of one process
+    assert one.exit_code == 0, one.output
+    assert eng.exit_code == 0, eng.output
+    strip = lambda o: [{k: v for k, v in c.items() if "wall" not in k and "second" not in k}
+                       for c in json.loads(o)["cells"]]
+    assert strip(one.stdout) == strip(eng.stdout)
+    bad = r.invoke(app, ["audit", "-m", "laplace", "-e", "1", "--engine", "dask"])
+    assert bad.exit_code == 2 and "--grid" in bad.output

@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 from typer.core import TyperGroup
 
-from textdp.cli._common import err_console, handle_errors, opt_json, opt_overwrite, opt_quiet, opt_seed, out_console, print_json, progress
+from textdp.cli._common import engine_from_options, opt_engine, opt_scheduler, err_console, handle_errors, opt_json, opt_overwrite, opt_quiet, opt_seed, out_console, print_json, progress
 from textdp.cli._common import parse_floats
 from textdp.errors import ParameterError
 
@@ -225,7 +225,10 @@ def register(app: typer.Typer) -> None:
                                   "mechanisms, --full-noise otherwise."),
         statistic: str = typer.Option("bits", "--statistic", help="Statistic of the threshold attack: bits or clipped-mean (full noise only)."),
         no_strong: bool = typer.Option(False, "--no-strong", help="Only the paper's majority-vote attack."),
-        workers: Optional[int] = typer.Option(None, "--workers", help="Threads (default: all cores)."),
+        workers: Optional[int] = typer.Option(None, "--workers", help="Threads (default: all cores); with "
+                                              "--engine dask|spark, the engine's workers."),
+        engine: str = opt_engine("the cells of --grid (one task per mechanism × ε × dimension)"),
+        scheduler: Optional[str] = opt_scheduler(),
         fail_on_violation: bool = typer.Option(False, "--fail-on-violation", help="Exit with status 3 if any cell is a violation (for CI)."),
         list_mechanisms: bool = typer.Option(False, "--list", help="List the auditable built-in mechanisms and exit."),
         output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for the JSON and CSV of every "
@@ -280,7 +283,10 @@ def register(app: typer.Typer) -> None:
         if fast is None:  # the published grid at N = 1e7 is hours with full noise; its exact shortcut is seconds
             fast = grid is not None and (mechanism is None or ":" not in mechanism)
         sampler = "sufficient-statistic" if fast else "full"
-        if fast:
+        on_engine = engine.strip().lower() != "local" or scheduler is not None
+        if on_engine and grid is None:
+            refuse_unused(ctx, "runs the cells of --grid on an engine; give --grid habernal2022", "engine", "scheduler")
+        if fast and not on_engine:
             refuse_unused(ctx, "sets the threads of full-noise sampling; --fast (the default for --grid with zoo "
                                "mechanisms) draws the sufficient statistic in one step", "workers")
         N = _count(samples, "--samples") if samples is not None else None
@@ -305,11 +311,17 @@ def register(app: typer.Typer) -> None:
                 if not fast and not quiet and work > 5e9:
                     err_console.print(f"note: the full-noise grid draws {work:.2g} noise values (hours on 2 cores); "
                                       f"--fast draws the exact sufficient statistic instead", highlight=False)
-                with progress(quiet) as bar:
-                    task = bar.add_task(f"audit {grid}", total=work)
-                    result = A.run_grid(grid, samples=N, mechanisms=mechs, epsilons=epss, dims=dd, alpha=alpha,
-                                        seed=seed, sampler=sampler, statistic=statistic, strong=not no_strong,
-                                        workers=workers, progress=lambda k: bar.advance(task, k))
+                eng = engine_from_options(engine, scheduler, workers)
+                try:
+                    with progress(quiet) as bar:
+                        task = bar.add_task(f"audit {grid}" + (f" on {eng.name}" if eng else ""), total=work)
+                        result = A.run_grid(grid, samples=N, mechanisms=mechs, epsilons=epss, dims=dd,
+                                            alpha=alpha, seed=seed, sampler=sampler, statistic=statistic,
+                                            strong=not no_strong, workers=None if eng else workers,
+                                            progress=lambda k: bar.advance(task, k), engine=eng)
+                finally:
+                    if eng is not None:
+                        eng.close()
             else:
                 if epsilon is None and ":" not in mechanism:
                     raise ParameterError("give the claimed --epsilon for --mechanism")
