@@ -26,11 +26,21 @@ randomized-response encoding.
 
 Usage: python benchmarks/bench_topics.py [--quick] [--iterations N] [--test-docs N] [--reps N] [--no-lda]
   --quick: 30 iterations and 2000 test documents (for a busy machine); the full run is the default.
+
+Engine mode (issue 16, item 5): python benchmarks/bench_topics.py --engine local,dask,spark [--iterations 20]
+[--sweeps-per-release 10] [--reps 3]. HDP-LDA (epsilon 10, seed 0, documents truncated to 200 tokens) on the same
+corpus, its sweeps on each engine started with 2 workers, once over 1 partition of the documents (one worker
+works) and once over 2 (two workers), interleaved --reps times (median reported), after one warm-up fit per
+engine (cluster start-up, worker imports and numba loading are not timed); one engine at a time (an idle
+cluster's processes would share the machine otherwise). Besides wall seconds it reports the
+share of the time spent outside Engine.map (the driver: initial view, every release's noise, the counts rebuilt
+from the assignments, phi), which no worker count shortens, and it checks that every run gave the same model.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import time
@@ -52,7 +62,12 @@ def main():
     ap.add_argument("--test-docs", type=int, default=None)
     ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions of each textdp/tomotopy run")
     ap.add_argument("--no-lda", action="store_true", help="skip the `lda` package (single thread, slow)")
+    ap.add_argument("--engine", default=None, help="engine mode: comma-separated engines among local, dask, spark "
+                    "(HDP-LDA's sweeps over 1 and 2 partitions on each)")
+    ap.add_argument("--sweeps-per-release", type=int, default=10, help="engine mode: HDP-LDA's sweeps per release")
     a = ap.parse_args()
+    if a.engine:
+        return engine_bench(a)
     iters = a.iterations or (30 if a.quick else 200)
     n_test = a.test_docs or (2000 if a.quick else None)
     reps = max(1, a.reps)
@@ -224,6 +239,103 @@ def main():
         print(f"{name:<44}{t:>9.3f}{t / n * 1e9:>10.1f}{(t / n) / per_tok:>15.2f}")
     print(f"LP/OLP one-off randomized response + reconstruction (f = 0.2, {train.n_docs} x {train.n_words} bits): "
           f"{t_enc:.1f} s")
+
+
+def engine_bench(a):
+    """HDP-LDA's sweeps on the engines: 1 partition against 2 on a 2-worker engine, same run (see the docstring)."""
+    import statistics
+
+    from textdp.data.datasets import load_dataset
+    from textdp.engines import get_engine
+    from textdp.engines.base import Engine
+    from textdp.topics import HDPLDA, Corpus
+
+    names = [n.strip().lower() for n in a.engine.split(",") if n.strip()]
+    iters, spr, reps = a.iterations or 20, a.sweeps_per_release, max(1, a.reps)
+    K = 20
+
+    class Timed(Engine):
+        """The engine, with the seconds spent inside map() counted, and each task's CPU seconds (its thread's, on
+        the worker): ``cpu`` their sum, ``critical`` the sum over maps of the largest task's (the map's length on
+        free cores with no scheduling cost)."""
+
+        def __init__(self, inner):
+            self.inner, self.name, self.workers = inner, inner.name, inner.workers
+            self.seconds = self.cpu = self.critical = 0.0
+
+        def map(self, fn, items, **kw):
+            t = time.perf_counter()
+            try:
+                out = self.inner.map(functools.partial(_task_cpu, fn), items, **kw)
+            finally:
+                self.seconds += time.perf_counter() - t
+            self.cpu += sum(c for c, _ in out)
+            self.critical += max(c for c, _ in out)
+            return [r for _, r in out]
+
+    ds = load_dataset("20newsgroups")
+    train = Corpus.from_texts(ds.train.text.tolist(), min_count=5, vocabulary="corpus")
+    n_trunc = int(np.minimum(train.doc_lengths, 200).sum())
+    print(f"20 Newsgroups train: {train.n_docs} documents, {train.n_tokens} tokens ({n_trunc} after truncation to "
+          f"200 per document), V = {train.n_words}")
+    print(f"HDP-LDA: K = {K}, epsilon 10, {iters} iterations, a release every {spr} sweeps "
+          f"({-(-iters // spr)} releases of V x K = {train.n_words * K} noisy counts), seed 0; median of {reps} "
+          "interleaved repetitions")
+    print(f"load average before: {_load()}")
+
+    def fit(engine, parts):
+        timed = Timed(engine)
+        m = HDPLDA(K, epsilon=10.0, iterations=iters, sweeps_per_release=spr, seed=0, ll_every=0, engine=timed,
+                   partitions=parts)
+        c0, t0 = time.process_time(), time.perf_counter()
+        model = m.fit(train)
+        wall = time.perf_counter() - t0
+        return wall, timed.seconds, time.process_time() - c0, model.topic_word, timed.cpu, timed.critical
+
+    results, reference = {}, None
+    for name in names:  # one engine at a time: an idle cluster's processes share this session's CPU otherwise
+        t = time.perf_counter()
+        with get_engine(name, workers=2) as engine:
+            fit(engine, 2)  # warm-up: cluster start, worker imports, numba's cached kernels
+            print(f"{name}: engine started and warmed up in {time.perf_counter() - t:.1f} s "
+                  f"(load average {_load()})")
+            for _ in range(reps):
+                for parts in (1, 2):
+                    wall, in_map, cpu, phi, task_cpu, critical = fit(engine, parts)
+                    if reference is None:
+                        reference = phi
+                    results.setdefault((name, parts), []).append((wall, in_map, cpu, np.array_equal(phi, reference),
+                                                                  task_cpu, critical))
+    print(f"\n{'engine':<8}{'partitions':>11}{'seconds':>9}{'in map':>8}{'driver':>8}{'driver %':>9}"
+          f"{'proc CPU/wall':>15}{'task CPU':>10}{'critical':>10}{'same model':>11}")
+    med = {}
+    for (name, parts), runs in results.items():
+        wall, in_map, cpu, _, task_cpu, critical = (statistics.median(r[i] for r in runs) if i != 3 else None
+                                                    for i in range(6))
+        med[(name, parts)] = (wall, in_map, wall - in_map, critical)
+        print(f"{name:<8}{parts:>11}{wall:>9.2f}{in_map:>8.2f}{wall - in_map:>8.2f}{100 * (wall - in_map) / wall:>8.0f}%"
+              f"{cpu / wall:>15.2f}{task_cpu:>10.2f}{critical:>10.2f}{str(all(r[3] for r in runs)):>11}")
+    print("\nseconds: wall time of the fit; in map: inside Engine.map; driver: the rest (initial view, noise, counts);"
+          "\nproc CPU/wall: the driver process's CPU over wall time (local threads included); task CPU: CPU seconds of"
+          "\nall tasks (thread time, on the workers); critical: the sum over maps of the largest task's CPU seconds")
+    print("\nspeed-up of 2 workers over 1 (same engine, same run; measured wall time of the whole fit / inside "
+          "Engine.map only):")
+    for name in names:
+        (w1, m1, _, c1), (w2, m2, d2, c2) = med[(name, 1)], med[(name, 2)]
+        print(f"RESULT hdp_2_workers_speedup_{name} {w1 / w2:.2f} (goal >= 1.7; sweeps only: {m1 / m2:.2f})")
+    print("estimate, not a measurement: on two free cores, wall = driver + critical path of the tasks:")
+    for name in names:
+        (w1, m1, d1, c1), (w2, m2, d2, c2) = med[(name, 1)], med[(name, 2)]
+        print(f"  {name}: 1 partition {d1 + c1:.2f} s, 2 partitions {d2 + c2:.2f} s: x{(d1 + c1) / (d2 + c2):.2f} "
+              f"(tasks' critical path alone x{c1 / c2:.2f})")
+    print(f"load average after: {_load()}")
+
+
+def _task_cpu(fn, item):
+    """``(CPU seconds of this thread while running fn(item), fn(item))``: run on the engine's workers."""
+    c = time.thread_time()
+    out = fn(item)
+    return time.thread_time() - c, out
 
 
 if __name__ == "__main__":
