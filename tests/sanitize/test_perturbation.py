@@ -142,27 +142,32 @@ def test_vickrey_coin_follows_the_paper_probability(t):
     assert stats.chi2(10).sf((((obs - exp) ** 2) / var).sum()) > ALPHA
 
 
+@pytest.mark.parametrize("prefilter", ["numpy", "torch"])
 @pytest.mark.parametrize("tile", [1, 3, 8, 2048])
-def test_nearest_search_top_two_with_exact_ties(monkeypatch, tile):
-    """The tiled float32 search returns the nearest and second nearest columns, ties to the lowest column,
-    for any tile width: small-integer embeddings (every score exact in float32, many exact ties) against
-    a stable sort of the exact squared distances."""
-    import textdp.sanitize.perturbation as pert
+def test_nearest_search_top_two_with_exact_ties(monkeypatch, tile, prefilter):
+    """The mechanism's search returns the nearest and second nearest columns, ties to the lowest column,
+    for any tile width and either prefilter: small-integer embeddings (every score exact, many exact ties)
+    against a stable sort of the exact squared distances."""
+    import textdp.sanitize.nearest as nearest
 
-    monkeypatch.setattr(pert, "SEARCH_TILE", tile)
+    if prefilter == "torch":
+        pytest.importorskip("torch")
+    monkeypatch.setattr(nearest, "TILE_WORDS", {"torch": tile, "numpy": tile})
+    monkeypatch.setattr(FBDD, "nearest_prefilter", prefilter)
     g = np.random.Generator(np.random.PCG64(3))  # test data
     vec = g.integers(-2, 3, (40, 3)).astype(np.float32)  # duplicates and equidistant words
     emb = Embeddings([f"w{i}" for i in range(40)], vec, source="ints", kind="word", lowercase=True)
     mech = FBDD(emb, 1.0, output_vocabulary="full")
     mech._prepare()
     q = g.integers(-3, 4, (600, 3)).astype(np.float64)
-    first, second = mech._nearest(q[:256], 2)
-    d2 = ((q[:256, None, :] - vec[None].astype(np.float64)) ** 2).sum(-1)
+    first, second = mech._nearest(q, 2)
+    assert mech._search.prefilter == prefilter
+    d2 = ((q[:, None, :] - vec[None].astype(np.float64)) ** 2).sum(-1)
     order = np.argsort(d2, axis=1, kind="stable")
     np.testing.assert_array_equal(first, order[:, 0])
     np.testing.assert_array_equal(second, order[:, 1])
-    np.testing.assert_array_equal(mech._nearest(q[:256], 1)[0], order[:, 0])
-    assert (d2[np.arange(256), order[:, 0]] == d2[np.arange(256), order[:, 1]]).any()  # ties occurred
+    np.testing.assert_array_equal(mech._nearest(q, 1)[0], order[:, 0])
+    assert (d2[np.arange(600), order[:, 0]] == d2[np.arange(600), order[:, 1]]).any()  # ties occurred
 
 
 def test_vickrey_probability_edge_cases():

@@ -13,9 +13,10 @@ their abstracts and the two reference implementations (pypantera 1.0.2, mldp-tex
 line cited in each class), and their section, equation and theorem numbers are not cited.
 
 All three share :class:`EmbeddingPerturbation`: the keyed noise of each token
-(:func:`textdp.noise.keyed.keyed_laplace_vectors`, on the token's own stream), the nearest-word search
-(one float32 GEMM per tile of a fixed ``256 x (m + 1)`` by ``(m + 1) x 2048`` shape, so a row's scores
-do not depend on the other rows of its block or on the chunking) and the uniform share ``eta``.
+(:func:`textdp.noise.keyed.keyed_laplace_vectors`, on the token's own stream), the exact nearest-word
+search (:class:`textdp.sanitize.nearest.NearestSearch`: float64 scores, a bfloat16 or float32 GEMM
+prefilter with a proven error bound; the result depends on the noisy point only) and the uniform share
+``eta``.
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ from textdp.errors import ParameterError
 from textdp.noise import keyed, make_rng
 from textdp.noise.keyed import ReleaseKey
 from textdp.sanitize.base import TokenSanitizer, check_unit, run_blocks
+from textdp.sanitize.nearest import SEARCH_ROWS, NearestSearch
 
-#: rows of one nearest-word GEMM (fixed: the last block of a call is padded with zero rows)
-SEARCH_ROWS = 256
-#: output words of one GEMM tile (the tile of scores, 256 x 2048 float32 = 2 MiB, stays in L2)
-SEARCH_TILE = 2048
+#: what the card's ``nearest_search`` parameter says (the only search: exact; see docs/performance.md for the
+#: cluster index that was measured and not kept)
+NEAREST_SEARCH = "exact"
 
 
 class EmbeddingPerturbation(TokenSanitizer):
@@ -54,18 +55,26 @@ class EmbeddingPerturbation(TokenSanitizer):
     not accounted (no float implementation of continuous noise is exact); the uniform share caps
     its effect: no per-token log-ratio exceeds :meth:`worst_case_epsilon`.
 
-    Nearest-word search (post-processing of the noisy vector, so its float error costs no privacy):
-    score ``s_j = q·y_j - ||y_j||^2 / 2`` (the largest score is the nearest word), in float32 GEMMs of
-    a fixed shape, ties to the lowest column; near-ties (relative ~1e-6) may resolve unlike an exact
-    float64 search. Blocks of 256 tokens run on ``workers`` threads (BLAS single-threaded in each);
-    every token's noise comes from its own keyed stream, so the output does not depend on ``workers``.
-    The tiles have a fixed size (2 MiB of scores per thread): ``block_bytes`` is not used.
+    Nearest-word search (post-processing of the noisy vector): the exact nearest word(s) by the float64
+    score ``s_j = q·y_j - ||y_j||^2 / 2`` (the largest score is the nearest word), computed in one fixed
+    order, ties to the lowest column (:class:`textdp.sanitize.nearest.NearestSearch`: a bfloat16 (torch)
+    or float32 (numpy) GEMM prefilter with a proven error bound picks the columns to score exactly; the
+    result does not depend on it, on the CPU's GEMM kernels or on the threads). The card's parameters say
+    ``nearest_search: exact``. Blocks of 256 tokens run on ``workers`` threads (BLAS and torch
+    single-threaded in each); every token's noise comes from its own keyed stream, so the output does not
+    depend on ``workers``. The tiles have a fixed size (1 MiB of scores per thread): ``block_bytes`` is
+    not used. ``nearest_prefilter`` (class attribute, or ``$TEXTDP_NEAREST_PREFILTER``) chooses the
+    prefilter: ``"auto"`` (torch when installed), ``"torch"`` or ``"numpy"``.
     """
 
     supports_workers = True
     exact_probabilities = False
-    #: the noise radius is Gamma(m, 1/eps) (mean m/eps) and the nearest-word search runs in float32
-    #: (largest value 3.4e38): 1e-20 keeps radius x norm far inside it for tables with norms below 1e14
+    #: prefilter of the nearest-word search (:data:`textdp.sanitize.nearest.PREFILTERS`; the output does not
+    #: depend on it)
+    nearest_prefilter = "auto"
+    #: the noise radius is Gamma(m, 1/eps) (mean m/eps) and the nearest-word search's prefilter runs in float32
+    #: (largest value 3.4e38; a query beyond 1e30 is scored exactly on every column, slowly): 1e-20 keeps
+    #: radius x norm far inside it for tables with norms below 1e8
     epsilon_min = 1e-20
     epsilon_limit_reason = ("its noise vector has length about dim/ε and the nearest-word search runs in "
                             "float32, which overflows for smaller ε")
@@ -111,6 +120,10 @@ class EmbeddingPerturbation(TokenSanitizer):
     def _metric_name(self) -> str:
         return f"euclidean ({self.embeddings.source})"
 
+    def parameters(self) -> dict:
+        """The common parameters and ``nearest_search`` (:data:`NEAREST_SEARCH`: the search is exact)."""
+        return {**super().parameters(), "nearest_search": NEAREST_SEARCH}
+
     def metric_distance(self, a, b) -> np.ndarray:
         """The guarantee's ``d`` between embedding rows ``a`` and ``b`` (broadcast int arrays), float64:
         here the Euclidean distance."""
@@ -142,56 +155,21 @@ class EmbeddingPerturbation(TokenSanitizer):
         return max(wc, min(self.epsilon * d_metric, math.log(hi / lo)) + e0)
 
     # ------------------------------------------------------------------ search
-    def _search_tiles(self):
-        """Score tiles ``[y_j; -||y_j||^2/2]`` (float32 ``(m + 1, <= 2048)`` each, C-contiguous)."""
-        if self._search is None:
-            y = np.asarray(self.embeddings.vectors[self.output_rows], dtype=np.float64)
-            aug = np.empty((y.shape[1] + 1, len(y)), dtype=np.float32)
-            aug[:-1] = y.T
-            aug[-1] = -0.5 * np.einsum("ij,ij->i", y, y)
-            self._search = [(s, np.ascontiguousarray(aug[:, s:s + SEARCH_TILE]))
-                            for s in range(0, len(y), SEARCH_TILE)]
+    def _search_engine(self) -> NearestSearch:
+        """The output vocabulary's :class:`NearestSearch` (built on first use, per prefilter)."""
+        from textdp.sanitize.nearest import resolve_prefilter
+
+        kind = resolve_prefilter(self.nearest_prefilter)
+        if self._search is None or self._search.prefilter != kind:
+            self._search = NearestSearch(self.embeddings.vectors[self.output_rows], kind)
         return self._search
 
     def _nearest(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Columns of the nearest (``k = 1``) or two nearest (``k = 2``) output words of the rows of
-        ``q`` (float ``(n <= 256, m)``): int64 ``(n,)`` and ``(n,)`` (the second is -1 for ``k = 1`` or a
-        one-word vocabulary). Float32 scores, ties to the lowest column."""
-        n, m = q.shape
-        qa = np.zeros((SEARCH_ROWS, m + 1), dtype=np.float32)
-        qa[:n, :m] = q
-        qa[:, m] = 1.0
-        r = np.arange(SEARCH_ROWS)
-        best = np.full(SEARCH_ROWS, -np.inf, dtype=np.float32)
-        bi = np.zeros(SEARCH_ROWS, dtype=np.int64)
-        second = np.full(SEARCH_ROWS, -np.inf, dtype=np.float32)
-        si = np.full(SEARCH_ROWS, -1, dtype=np.int64)
-        buf = np.empty((SEARCH_ROWS, SEARCH_TILE), dtype=np.float32)
-        for s0, tile in self._search_tiles():
-            g = buf[:, :tile.shape[1]]
-            np.matmul(qa, tile, out=g)
-            a = g.argmax(axis=1)
-            v = g[r, a]
-            if k == 2:  # only rows whose tile best beats their second best can change their top two
-                c = np.flatnonzero(v > second)
-                if len(c):
-                    ac, vc, bc, bic = a[c], v[c], best[c], bi[c]
-                    if tile.shape[1] > 1:
-                        sub = g[c]
-                        sub[np.arange(len(c)), ac] = -np.inf
-                        a2 = sub.argmax(axis=1)
-                        v2 = sub[np.arange(len(c)), a2]
-                    else:
-                        a2, v2 = np.zeros(len(c), dtype=np.int64), np.full(len(c), -np.inf, dtype=np.float32)
-                    upc = vc > bc  # strict: an earlier (lower) column keeps a tie
-                    # a new first (the tile's best): the second is the larger of the old first and the tile's
-                    # second (ties to the old, a lower column); else the tile's best becomes the second
-                    tile2 = upc & (v2 > bc)
-                    second[c] = np.where(upc, np.where(tile2, v2, bc), vc)
-                    si[c] = np.where(upc, np.where(tile2, a2 + s0, bic), ac + s0)
-            up = v > best  # strict: an earlier (lower) column keeps a tie
-            best[up], bi[up] = v[up], a[up] + s0
-        return bi[:n], si[:n]
+        ``q`` (float ``(n, m)``): int64 ``(n,)`` and ``(n,)`` (the second is -1 for ``k = 1`` or a
+        one-word vocabulary). Exact float64 scores (:class:`NearestSearch`), ties to the lowest column."""
+        cols, _ = self._search_engine()(q, k)
+        return cols[:, 0], (cols[:, 1] if k == 2 else np.full(len(q), -1, dtype=np.int64))
 
     def _select(self, q: np.ndarray, first: np.ndarray, second: np.ndarray, key, streams, positions) -> np.ndarray:
         """Output column per row from the noisy points ``q`` (float64 ``(n, m)``) and their nearest
@@ -202,7 +180,7 @@ class EmbeddingPerturbation(TokenSanitizer):
         out = np.empty(len(rows), dtype=np.int64)
         if len(rows) == 0:
             return out
-        self._search_tiles()
+        search = self._search_engine()
         vectors = self.embeddings.vectors
         blocks = [(s, min(len(rows), s + SEARCH_ROWS)) for s in range(0, len(rows), SEARCH_ROWS)]
 
@@ -213,7 +191,8 @@ class EmbeddingPerturbation(TokenSanitizer):
             out[s:e] = self._select(q, first, second, key, streams[s:e], positions[s:e])
             return e - s
 
-        run_blocks(run, len(blocks), self.workers, progress)
+        with search.single_threaded():
+            run_blocks(run, len(blocks), self.workers, progress)
         out = self.output_rows[out]
         mix = np.flatnonzero(keyed.keyed_bernoulli(key, streams, positions, keyed.MIX, self.eta))
         if len(mix):  # the uniform share (class docstring)
@@ -232,8 +211,8 @@ class FBDD(EmbeddingPerturbation):
     Guarantee: ``eps·d(x,x') + epsilon0`` metric LDP per token, ``d`` Euclidean (no ``/2``; the
     nearest-word step is post-processing), ``epsilon0`` the accounted clipping of the float noise and
     a uniform share ``eta`` (:class:`EmbeddingPerturbation`). No closed-form output distribution: use
-    :meth:`estimate_probabilities`. Cost: one nearest-neighbour search per token occurrence (float32
-    GEMMs of 256 tokens against the output vocabulary).
+    :meth:`estimate_probabilities`. Cost: one nearest-neighbour search per token occurrence (low-precision
+    GEMMs of 256 tokens against the output vocabulary, then the exact score of a few candidates).
     """
 
     name = "fbdd"
@@ -358,8 +337,7 @@ class Vickrey(Mahalanobis):
     point with randomness independent of ``x``. The coin is an exact keyed Bernoulli of the float
     ``p`` (:func:`textdp.noise.keyed.keyed_bernoulli`'s comparison, vectorised over tokens: a 62-bit
     word against ``p``'s binary expansion, further words on a tie); ``p`` itself is computed in float64
-    from float64 distances of the two float32-selected candidates (relative error ~1e-16; the
-    selection is float32: a near-tie for second place may pick the third nearest word).
+    from the float64 distances of the exact top two (:class:`textdp.sanitize.nearest.NearestSearch`).
 
     Differences from the peers (tests/sanitize/test_perturbation.py): pypantera 1.0.2 (``vickrey.py``
     lines 95-99) applies the same rule to ``np.argpartition(d, 2)[:, :2]``, whose order numpy does not
