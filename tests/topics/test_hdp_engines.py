@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from textdp.noise import make_rng
 from textdp.noise.keyed import GIBBS, ReleaseKey, keyed_record_uniforms
 from textdp.topics import HDPLDA, GibbsState
 from textdp.topics import _kernels as kern
-from textdp.topics.distributed import PartitionedState, partition_documents
+from textdp.topics.distributed import partition_documents
 
 from .conftest import synthetic
 
@@ -28,51 +27,8 @@ KW = dict(n_topics=3, epsilon=50.0, alpha=0.3, iterations=3, sweeps_per_release=
 
 
 # ------------------------------------------------------------------------------------------------ engines
-def _pickle_this_module_by_value():
-    """Workers cannot import tests/ by name: send this module's functions by value (Dask's and PySpark's
-    cloudpickle)."""
-    import cloudpickle
-
-    picklers = [cloudpickle]
-    try:
-        from pyspark import cloudpickle as spark_cloudpickle
-
-        picklers.append(spark_cloudpickle)
-    except ImportError:  # pragma: no cover - the engines extra is installed in CI
-        pass
-    for cp in picklers:
-        cp.register_pickle_by_value(sys.modules[__name__])
-
-
-# Module-scoped copies of tests/engines/conftest.py's session fixtures, which tests/topics cannot see; to be
-# removed once those fixtures live in the root tests/conftest.py (see /work/notes/engines_contract.md).
-@pytest.fixture(scope="module")
-def dask_engine():
-    from textdp.engines.dask import DaskEngine
-
-    _pickle_this_module_by_value()
-    eng = DaskEngine(workers=2).start()
-    try:
-        yield eng
-    finally:
-        eng.close()
-
-
-@pytest.fixture(scope="module")
-def spark_engine():
-    from textdp.engines.spark import SparkEngine
-    from textdp.errors import MissingPackageError
-
-    _pickle_this_module_by_value()
-    eng = SparkEngine(workers=2)
-    try:
-        eng.start()
-    except MissingPackageError as e:
-        pytest.fail(f"the Spark engine tests need Java 17 (make setup installs it): {e}", pytrace=False)
-    try:
-        yield eng
-    finally:
-        eng.close()
+# dask_engine, spark_engine: the session fixtures of tests/conftest.py (one LocalCluster of 2 worker processes, one
+# Spark session local[2,2]; this module's functions are sent to the workers by value)
 
 
 def _in_process(fn, item):
