@@ -10,6 +10,7 @@ Quick start::
     model = LDA(n_topics=20, alpha=0.1, beta=0.01, iterations=200, seed=0).fit(corpus)
     model.top_words(10); model.perplexity(test_texts); model.save("my-model")
     LDA(n_topics=20, workers=2).fit(corpus)   # approximate parallel sampler (AD-LDA): not the exact chain
+    HDPLDA(20, epsilon=10, engine=textdp.engines.get_engine("dask", workers=2)).fit(corpus)  # exact, same model
 
 See ``docs/topics.md``.
 """
