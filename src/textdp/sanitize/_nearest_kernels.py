@@ -150,21 +150,24 @@ def _top2(cm, nch, nq, m1, m2):  # pragma: no cover - compiled
 @njit(nogil=True, cache=True)
 def _merge(g, s0, nq, cm, nch, thr, q, y, h, cols, k, bs, bj):  # pragma: no cover - compiled
     """Score exactly every tile row ``j`` with ``g[j, i] >= thr[i]`` and insert its column ``cols[s0 + j]``
-    into query ``i``'s top ``k``; chunks whose maximum is below are passed over (row by row of ``cm``, a
-    vectorised test first)."""
+    into query ``i``'s top ``k``; chunks whose maximum is below are passed over: per row of ``cm``, a
+    vectorised comparison into a byte mask, then its 8-byte words, most of them zero."""
     t_rows = g.shape[0]
+    nw = (nq + 7) // 8
+    mask = np.zeros(nw * 8, dtype=np.uint8)
+    words = mask.view(np.uint64)
     for c in range(nch):
-        hit = 0
         for i in range(nq):
-            hit += np.int32(cm[c, i] >= thr[i])
-        if hit == 0:
-            continue
-        for i in range(nq):
-            t = thr[i]
-            if cm[c, i] >= t:
-                for j in range(c * CHUNK, min(t_rows, (c + 1) * CHUNK)):
-                    if g[j, i] >= t:
-                        _insert(bs, bj, i, exact_score(q, i, y, h, s0 + j), cols[s0 + j], k)
+            mask[i] = np.uint8(cm[c, i] >= thr[i])
+        for w in range(nw):
+            if words[w] == 0:
+                continue
+            for i in range(w * 8, min(nq, w * 8 + 8)):
+                if mask[i]:
+                    t = thr[i]
+                    for j in range(c * CHUNK, min(t_rows, (c + 1) * CHUNK)):
+                        if g[j, i] >= t:
+                            _insert(bs, bj, i, exact_score(q, i, y, h, s0 + j), cols[s0 + j], k)
 
 
 @njit(nogil=True, cache=True)

@@ -41,8 +41,8 @@ columns exactly per query instead of 30,000.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
+import threading
 
 import numpy as np
 
@@ -109,6 +109,7 @@ class NearestSearch:
 
     def __init__(self, y, prefilter: str = "auto"):
         self.prefilter = resolve_prefilter(prefilter)
+        self._local = threading.local()
         y64 = np.ascontiguousarray(y, dtype=np.float64)
         v, m = y64.shape
         self.dim = m
@@ -215,6 +216,27 @@ class NearestSearch:
             kn.exact_all(q, np.flatnonzero(slow).astype(np.int64), self.y, self.h, k, bs, bj)
         return bj, bs
 
+    def _buffers(self, kn):
+        """This thread's work arrays (the tile of prefilter scores and the scan's), made once per thread."""
+        local = self._local.__dict__
+        if "buf" not in local:
+            tw = TILE_WORDS[self.prefilter]
+            if self.prefilter == "torch":
+                import torch
+
+                buf = torch.empty((tw, SEARCH_ROWS), dtype=torch.bfloat16)
+                dt = np.int16
+                outs = [(buf[:mat.shape[0]], buf[:mat.shape[0]].view(torch.int16).numpy()) for _, mat in self.tiles]
+            else:
+                buf = np.empty((tw, SEARCH_ROWS), dtype=np.float32)
+                dt = np.float32
+                outs = [(buf[:mat.shape[0]], buf[:mat.shape[0]]) for _, mat in self.tiles]
+            local["buf"] = buf
+            local["outs"] = outs
+            local["work"] = (np.empty((-(-tw // kn.CHUNK), SEARCH_ROWS), dtype=dt),
+                             *(np.empty(SEARCH_ROWS, dtype=dt) for _ in range(3)))
+        return local["outs"], local["work"]
+
     def _scan_block(self, q, qn, k, bs, bj, slow, kn) -> None:
         n, m = q.shape
         qa = np.zeros((SEARCH_ROWS, self.k_terms), dtype=np.float32)
@@ -222,30 +244,22 @@ class NearestSearch:
         qa[:n, :m][slow] = 0.0
         qa[:, m:m + (2 if self.prefilter == "torch" else 1)] = 1.0  # the -h_j terms
         b0 = self.bounds(qn)
-        tw = TILE_WORDS[self.prefilter]
-        nch = -(-tw // kn.CHUNK)
+        outs, (cm, m1, m2, thr) = self._buffers(kn)
         if self.prefilter == "torch":
             import torch
 
             if torch.get_num_threads() != 1:  # OpenMP's thread count is per thread: a worker starts with all cores
                 torch.set_num_threads(1)
             xt = torch.from_numpy(np.ascontiguousarray(qa.T)).to(torch.bfloat16)
-            buf = torch.empty((tw, SEARCH_ROWS), dtype=torch.bfloat16)
-            full = buf.view(torch.int16).numpy()
-            cm = np.empty((nch, SEARCH_ROWS), dtype=np.int16)
-            m1, m2, thr = (np.empty(SEARCH_ROWS, dtype=np.int16) for _ in range(3))
             for t, (s0, mat) in enumerate(self.tiles):
-                rows = mat.shape[0]
-                torch.mm(mat, xt, out=buf[:rows])
-                kn.scan_tile_bf16(full[:rows], s0, n, q, self.yp, self.hp, self.cols, b0[t], self.c_out, k,
-                                  bs, bj, slow, cm, m1, m2, thr)
+                out, g = outs[t]
+                torch.mm(mat, xt, out=out)
+                kn.scan_tile_bf16(g, s0, n, q, self.yp, self.hp, self.cols, b0[t], self.c_out, k, bs, bj, slow,
+                                  cm, m1, m2, thr)
         else:
             xt = np.ascontiguousarray(qa.T)
-            buf = np.empty((tw, SEARCH_ROWS), dtype=np.float32)
-            cm = np.empty((nch, SEARCH_ROWS), dtype=np.float32)
-            m1, m2, thr = (np.empty(SEARCH_ROWS, dtype=np.float32) for _ in range(3))
             for t, (s0, mat) in enumerate(self.tiles):
-                out = buf[:mat.shape[0]]
+                out, g = outs[t]
                 np.matmul(mat, xt, out=out)
-                kn.scan_tile_f32(out, s0, n, q, self.yp, self.hp, self.cols, b0[t], self.c_out, k,
-                                 bs, bj, slow, cm, m1, m2, thr)
+                kn.scan_tile_f32(g, s0, n, q, self.yp, self.hp, self.cols, b0[t], self.c_out, k, bs, bj, slow,
+                                 cm, m1, m2, thr)
