@@ -9,7 +9,7 @@ from textdp.engines import LocalEngine, get_engine
 from textdp.engines.dask import DaskEngine
 from textdp.errors import ParameterError
 
-from .release_helpers import TEXTS, release, seeded_plan
+from .release_helpers import TEXTS, release, sanitize_chunk, seeded_plan
 
 SECRET_TEXT = "zebra-quartz-secret-doc"
 
@@ -28,6 +28,12 @@ def _fail_on_three(x):
 def _fail_on_secret(item):
     plan, text = item
     raise ValueError("this partition cannot be sanitized")
+
+
+def _sanitize_chunk_where(plan, chunk):
+    from distributed import get_worker
+
+    return [(sanitize_chunk(plan, chunk), get_worker().address)]
 
 
 def test_map_keeps_item_order_and_reports_progress(dask_engine):
@@ -50,20 +56,26 @@ def test_seeded_release_equals_the_local_engines_for_any_partitioning(dask_engin
     reference = release(LocalEngine(), plan, [len(TEXTS)])
     assert reference[1] is None and reference[4] == ""
     assert release(dask_engine, plan, sizes) == reference
-    # another key gives another release (the comparison can fail)
-    assert release(dask_engine, seeded_plan(seed=8), sizes) != reference
+    if sizes == [5, 7]:  # another key gives another release (the comparison can fail)
+        assert release(dask_engine, seeded_plan(seed=8), sizes) != reference
 
 
 def test_one_and_two_workers_give_the_same_release(dask_engine):
+    import dask
+
     plan = seeded_plan("fbdd", seed=3)
     two = release(dask_engine, plan, [2, 2, 2, 2, 2, 2])
-    with DaskEngine(workers=1) as one_worker:
-        assert one_worker.workers == 1
-        one = release(one_worker, plan, [4, 8])
-    assert one == two == release(LocalEngine(), plan, [len(TEXTS)])
+    one_worker = sorted(dask_engine.client.scheduler_info()["workers"])[:1]
+    with dask.annotate(workers=one_worker, allow_other_workers=False):  # every task on one worker process
+        one = release(dask_engine, plan, [4, 8], task=_sanitize_chunk_where)
+    assert {where for _, where in one} == set(one_worker)
+    assert [t for part, _ in one for t in part] == two == release(LocalEngine(), plan, [len(TEXTS)])
+    assert DaskEngine(workers=1).workers == 1
 
 
-def test_scheduler_address_uses_the_running_cluster_and_leaves_it_running(dask_engine):
+def test_scheduler_address_uses_the_running_cluster_and_leaves_it_running(dask_engine, monkeypatch):
+    import textdp.engines.dask as dask_mod
+
     address = dask_engine.client.scheduler.address
     assert address.startswith("tcp://127.0.0.1:")
     with get_engine("dask", scheduler=address) as eng:
@@ -72,6 +84,7 @@ def test_scheduler_address_uses_the_running_cluster_and_leaves_it_running(dask_e
     assert dask_engine.map(_slow_inverse, [3]) == [30]  # the cluster survived the engine's close
     with pytest.raises(ParameterError, match="not both"):
         DaskEngine(workers=2, scheduler=address)
+    monkeypatch.setattr(dask_mod, "CONNECT_TIMEOUT_S", 2)
     with pytest.raises(ParameterError, match="cannot reach"):
         DaskEngine(scheduler="tcp://127.0.0.1:9").start()
 

@@ -38,6 +38,9 @@ __all__ = ["DaskEngine"]
 TASK_RETRIES = 1
 
 
+#: seconds the engine tries to reach a running scheduler (``scheduler=``) before giving up
+CONNECT_TIMEOUT_S = 20
+
 #: seconds a failed job waits for its still-running tasks before restarting the engine's own workers
 DRAIN_RESTART_S = 30.0
 
@@ -155,7 +158,7 @@ class DaskEngine(Engine):
 
         if self.scheduler is not None:
             try:
-                self._client = Client(self.scheduler, timeout="20s", set_as_default=False)
+                self._client = Client(self.scheduler, timeout=f"{CONNECT_TIMEOUT_S}s", set_as_default=False)
             except (OSError, TimeoutError, ValueError) as e:
                 raise ParameterError(f"cannot reach the Dask scheduler at {self.scheduler}: "
                                      f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None

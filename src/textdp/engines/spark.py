@@ -21,7 +21,8 @@ variable): the engine therefore starts its session with ``spark.io.encryption.en
 anything Spark writes to local disk (blocks, shuffle and spill files) is AES-encrypted with a key
 held in memory only, and refuses a running session that has it off. The Web UI is off, the
 driver binds to ``127.0.0.1`` in local mode, and Spark's own log and console progress bar are off
-(``FATAL`` only; failures reach the driver as exceptions).
+(``FATAL`` only, through a log4j2 configuration given to the driver JVM; failures reach the driver
+as exceptions).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pickle
 import re
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -47,6 +49,28 @@ __all__ = ["SparkEngine", "SparkJobError"]
 #: Spark's own log level in a session the engine starts: failures reach the driver as exceptions
 #: (a retried task that then succeeds is not an error), so Spark's log stays silent
 SPARK_LOG_LEVEL = "FATAL"
+
+# The driver JVM's log4j2 configuration in a session the engine starts: everything at
+# SPARK_LOG_LEVEL, including the loggers whose level Spark's shell start-up consults (so it prints
+# neither "Using Spark's default log4j profile" nor "Setting default log level"). The JVM's own
+# "WARNING: Using incubator modules" line (Spark's launcher always adds that module) remains.
+_LOG4J2 = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+logger.submit.name = org.apache.spark.deploy.SparkSubmit
+logger.submit.level = {level}
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = {level}
+logger.context.name = org.apache.spark.SparkContext
+logger.context.level = {level}
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = {level}
+"""
 
 #: attempts of a task in local mode (``local[N,2]``): the first run and one retry
 LOCAL_ATTEMPTS = 2
@@ -210,15 +234,22 @@ class SparkEngine(Engine):
             os.environ["PYSPARK_PYTHON"] = sys.executable
             os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        log_dir = tempfile.mkdtemp(prefix="textdp-spark-log4j2-")
+        log_conf = os.path.join(log_dir, "log4j2.properties")
+        with open(log_conf, "w", encoding="utf-8") as fh:
+            fh.write(_LOG4J2.format(level=SPARK_LOG_LEVEL.lower()))
         builder = (SparkSession.builder.master(master).appName("textdp")
                    .config("spark.ui.enabled", "false")
                    .config("spark.io.encryption.enabled", "true")
-                   .config("spark.log.level", SPARK_LOG_LEVEL)
-                   .config("spark.ui.showConsoleProgress", "false"))
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log_conf}"))
         if local:
             builder = (builder.config("spark.driver.host", "127.0.0.1")
                        .config("spark.driver.bindAddress", "127.0.0.1"))
-        self._session = builder.getOrCreate()
+        try:
+            self._session = builder.getOrCreate()
+        finally:  # read once by the JVM at start-up
+            shutil.rmtree(log_dir, ignore_errors=True)
         self._owned = True
         return self
 
