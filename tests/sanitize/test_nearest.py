@@ -166,6 +166,24 @@ def test_prefilter_choice():
         nearest.resolve_prefilter("gpu")
 
 
+def test_auto_prefilter_imports_torch_only_for_large_jobs(monkeypatch):
+    """"auto": numpy for a short job while torch is not imported (its import costs more than the search),
+    torch for a large one when installed, and torch whenever it is already imported."""
+    import sys
+
+    monkeypatch.delenv(nearest.PREFILTER_ENV, raising=False)
+    monkeypatch.setattr(nearest, "_torch_available", lambda: True)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert nearest.resolve_prefilter("auto", queries=10) == "numpy"
+    assert nearest.resolve_prefilter("auto", queries=nearest.AUTO_TORCH_QUERIES) == "torch"
+    assert nearest.resolve_prefilter("auto") == "torch"
+    monkeypatch.setitem(sys.modules, "torch", object())
+    assert nearest.resolve_prefilter("auto", queries=10) == "torch"
+    monkeypatch.setattr(nearest, "_torch_available", lambda: False)
+    monkeypatch.delitem(sys.modules, "torch")
+    assert nearest.resolve_prefilter("auto", queries=10 ** 6) == "numpy"
+
+
 def test_prefilter_from_the_environment(monkeypatch):
     monkeypatch.setenv(nearest.PREFILTER_ENV, "numpy")
     assert nearest.resolve_prefilter("auto") == "numpy"

@@ -9,7 +9,8 @@ the same with or without torch, for any ``workers``.
 
 Prefilters (:data:`PREFILTERS`): ``"torch"``, a bfloat16 GEMM (torch's oneDNN kernels: AMX or
 AVX-512 BF16 where the CPU has them) with bfloat16 output; ``"numpy"``, a float32 GEMM (BLAS); ``"auto"``
-(default): ``$TEXTDP_NEAREST_PREFILTER`` if set, else torch when it is installed.
+(default): ``$TEXTDP_NEAREST_PREFILTER`` if set, else torch when it is installed and the job is large
+enough to repay its import (:func:`resolve_prefilter`).
 
 Error bound. The prefilter's score ``a_j`` of column ``j`` for ``q`` (dimension ``m``) is the GEMM of
 ``[q, 1, 1]`` with ``[y_j, -hi_j, -lo_j]`` (torch: ``h_j = ||y_j||^2/2`` split into two bfloat16 parts) or
@@ -56,6 +57,8 @@ PREFILTER_ENV = "TEXTDP_NEAREST_PREFILTER"
 SEARCH_ROWS = 256
 #: words per tile (rows): 2048 x 256 bfloat16 = 1 MiB (torch), 1024 x 256 float32 = 1 MiB (numpy)
 TILE_WORDS = {"torch": 2048, "numpy": 1024}
+#: "auto" imports torch for jobs of at least this many noisy points (about 1 s of search with numpy)
+AUTO_TORCH_QUERIES = 20000
 #: beyond this (|q| Y + H), float32 could overflow: the query is scored exactly on every column
 _FLOAT32_SAFE = 1e30
 
@@ -66,14 +69,20 @@ def _torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def resolve_prefilter(choice: str = "auto") -> str:
-    """``"torch"`` or ``"numpy"`` for ``choice`` in :data:`PREFILTERS` (``"auto"``:
-    ``$TEXTDP_NEAREST_PREFILTER`` if set, else torch when it is installed); ParameterError otherwise, or
-    for torch without torch."""
+def resolve_prefilter(choice: str = "auto", queries: int | None = None) -> str:
+    """``"torch"`` or ``"numpy"`` for ``choice`` in :data:`PREFILTERS`; ParameterError otherwise, or for
+    torch without torch. ``"auto"``: ``$TEXTDP_NEAREST_PREFILTER`` if set; else torch when it is already
+    imported, or installed and the job has at least :data:`AUTO_TORCH_QUERIES` ``queries`` (unknown: yes);
+    else numpy (importing torch costs about 2 s of CPU, more than a short job's whole search)."""
     if choice == "auto":
         choice = os.environ.get(PREFILTER_ENV, "") or "auto"
         if choice == "auto":
-            return "torch" if _torch_available() else "numpy"
+            import sys
+
+            if "torch" in sys.modules:
+                return "torch"
+            big = queries is None or queries >= AUTO_TORCH_QUERIES
+            return "torch" if big and _torch_available() else "numpy"
     if choice not in PREFILTERS:
         raise ParameterError(f"the nearest-word prefilter must be one of {', '.join(PREFILTERS)}, got {choice!r}")
     if choice == "torch" and not _torch_available():

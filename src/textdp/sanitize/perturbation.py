@@ -64,7 +64,7 @@ class EmbeddingPerturbation(TokenSanitizer):
     single-threaded in each); every token's noise comes from its own keyed stream, so the output does not
     depend on ``workers``. The tiles have a fixed size (1 MiB of scores per thread): ``block_bytes`` is
     not used. ``nearest_prefilter`` (class attribute, or ``$TEXTDP_NEAREST_PREFILTER``) chooses the
-    prefilter: ``"auto"`` (torch when installed), ``"torch"`` or ``"numpy"``.
+    prefilter: ``"auto"`` (torch for jobs of 20,000 tokens or more when installed), ``"torch"`` or ``"numpy"``.
     """
 
     supports_workers = True
@@ -155,11 +155,12 @@ class EmbeddingPerturbation(TokenSanitizer):
         return max(wc, min(self.epsilon * d_metric, math.log(hi / lo)) + e0)
 
     # ------------------------------------------------------------------ search
-    def _search_engine(self) -> NearestSearch:
-        """The output vocabulary's :class:`NearestSearch` (built on first use, per prefilter)."""
+    def _search_engine(self, queries: int | None = None) -> NearestSearch:
+        """The output vocabulary's :class:`NearestSearch` (built on first use, per prefilter; ``queries``: the
+        job's size, for the ``"auto"`` prefilter)."""
         from textdp.sanitize.nearest import resolve_prefilter
 
-        kind = resolve_prefilter(self.nearest_prefilter)
+        kind = resolve_prefilter(self.nearest_prefilter, queries)
         if self._search is None or self._search.prefilter != kind:
             self._search = NearestSearch(self.embeddings.vectors[self.output_rows], kind)
         return self._search
@@ -168,7 +169,7 @@ class EmbeddingPerturbation(TokenSanitizer):
         """Columns of the nearest (``k = 1``) or two nearest (``k = 2``) output words of the rows of
         ``q`` (float ``(n, m)``): int64 ``(n,)`` and ``(n,)`` (the second is -1 for ``k = 1`` or a
         one-word vocabulary). Exact float64 scores (:class:`NearestSearch`), ties to the lowest column."""
-        cols, _ = self._search_engine()(q, k)
+        cols, _ = self._search_engine(len(q))(q, k)
         return cols[:, 0], (cols[:, 1] if k == 2 else np.full(len(q), -1, dtype=np.int64))
 
     def _select(self, q: np.ndarray, first: np.ndarray, second: np.ndarray, key, streams, positions) -> np.ndarray:
@@ -180,7 +181,7 @@ class EmbeddingPerturbation(TokenSanitizer):
         out = np.empty(len(rows), dtype=np.int64)
         if len(rows) == 0:
             return out
-        search = self._search_engine()
+        search = self._search_engine(len(rows))
         vectors = self.embeddings.vectors
         blocks = [(s, min(len(rows), s + SEARCH_ROWS)) for s in range(0, len(rows), SEARCH_ROWS)]
 
