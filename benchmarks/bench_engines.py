@@ -3,6 +3,7 @@
     python benchmarks/bench_engines.py --size 2MB               # all engines, 3 repetitions each
     python benchmarks/bench_engines.py --size 2GB --engines local,dask --repeat 1
     python benchmarks/bench_engines.py --size 50MB --data /tmp/corpus-50MB   # keep (or reuse) the corpus
+    python benchmarks/bench_engines.py --overhead-only          # each engine's cost per (empty) task
 
 Data: a generated corpus of ``--size`` bytes of raw UTF-8 text (the documents' characters, no separators) in
 ``--parts`` Parquet parts (64 by default; one ``text`` column). Words are drawn from a Zipf law (exponent
@@ -58,43 +59,68 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * {"b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[unit])
 
 
+class ZipfWords:
+    """Documents of 5 + Poisson(20) words drawn from a Zipf law over the public vocabulary."""
+
+    def __init__(self, seed: int = SEED):
+        import numpy as np
+
+        from textdp.embeddings import load_embeddings
+        from textdp.noise import simulation_rng
+        from textdp.sanitize.vocabulary import public_vocabulary
+
+        self.words = np.array(list(public_vocabulary(load_embeddings("glove-6b-50d")).words), dtype=object)
+        rank = np.arange(1, len(self.words) + 1, dtype=np.float64)
+        p = rank ** -ZIPF_S
+        self.p = p / p.sum()
+        wlen = np.array([len(w.encode("utf-8")) for w in self.words], dtype=np.float64)
+        words_per_doc = 5 + 20
+        self.mean_doc_bytes = words_per_doc * float(self.p @ wlen) + (words_per_doc - 1)  # words + spaces
+        self.rng = simulation_rng(seed)
+
+    def documents(self, n: int) -> list[str]:
+        import numpy as np
+
+        lengths = 5 + self.rng.poisson(20, size=n)
+        toks = self.words[self.rng.choice(len(self.words), size=int(lengths.sum()), p=self.p)].tolist()
+        docs, start = [], 0
+        for e in np.cumsum(lengths).tolist():
+            docs.append(" ".join(toks[start:e]))
+            start = e
+        return docs
+
+
 def generate_corpus(folder: Path, total_bytes: int, parts: int, seed: int = SEED) -> dict:
     """Write ``parts`` Parquet parts of Zipfian documents (about ``total_bytes`` of raw text) to ``folder``."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from textdp.embeddings import load_embeddings
-    from textdp.noise import simulation_rng
-    from textdp.sanitize.vocabulary import public_vocabulary
-
-    words = list(public_vocabulary(load_embeddings("glove-6b-50d")).words)
-    rank = np.arange(1, len(words) + 1, dtype=np.float64)
-    p = rank ** -ZIPF_S
-    p /= p.sum()
-    wlen = np.array([len(w.encode("utf-8")) for w in words], dtype=np.float64)
-    mean_doc_words = 5 + 20
-    mean_doc_bytes = mean_doc_words * float(p @ wlen) + (mean_doc_words - 1)  # words + spaces
-    rng = simulation_rng(seed)
-    warr = np.array(words, dtype=object)
+    z = ZipfWords(seed)
     folder.mkdir(parents=True, exist_ok=True)
-    per_part = total_bytes / parts
     n_docs = n_tokens = n_bytes = 0
     for i in range(parts):
-        docs_here = max(1, int(round(per_part / mean_doc_bytes)))
-        lengths = 5 + rng.poisson(20, size=docs_here)
-        ids = rng.choice(len(words), size=int(lengths.sum()), p=p)
-        toks = warr[ids].tolist()
-        ends = np.cumsum(lengths).tolist()
-        docs, start = [], 0
-        for e in ends:
-            docs.append(" ".join(toks[start:e]))
-            start = e
+        docs = z.documents(max(1, int(round(total_bytes / parts / z.mean_doc_bytes))))
         pq.write_table(pa.table({"text": pa.array(docs, type=pa.string())}), folder / f"part-{i:05d}.parquet")
         n_docs += len(docs)
-        n_tokens += len(toks)
+        n_tokens += sum(d.count(" ") + 1 for d in docs)
         n_bytes += sum(len(d.encode("utf-8")) for d in docs)
     return {"documents": n_docs, "words": n_tokens, "bytes": n_bytes}
+
+
+def chunk_rate(mechanism: str, n_docs: int) -> dict:
+    """One task's steady work at scale: one full chunk of ``n_docs`` documents sanitized in this
+    process (one sampler thread): tokens/s, tokens per thread-CPU-second, bytes per token."""
+    from textdp.sanitize import make_mechanism
+
+    docs = ZipfWords(SEED + 2).documents(n_docs)
+    mech = make_mechanism(mechanism, "glove-6b-50d", EPS, rng=SEED, workers=1)
+    mech.begin_release()
+    mech.sanitize_with_stats(docs[:50], first_record=0)  # load and compile outside the timing
+    t0, c0 = time.perf_counter(), time.thread_time()
+    _, st = mech.sanitize_with_stats(docs, first_record=0)
+    wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    nbytes = sum(len(d.encode("utf-8")) for d in docs)
+    return {"docs": n_docs, "tokens": st.tokens, "bytes": nbytes, "wall": wall, "cpu": cpu}
 
 
 def corpus_facts(folder: Path) -> dict:
@@ -257,6 +283,61 @@ def report(cfgs: dict[str, Config], raw_bytes: int, parts: int) -> None:
                       f"{n} run interleaved with it)")
 
 
+def projection(rate: dict, cfgs: dict, total: float = 1e12, workers: int = 100) -> None:
+    """The time of a ``total``-byte corpus on ``workers`` workers from the measured per-worker rates."""
+    bpt = rate["bytes"] / rate["tokens"]
+    tokens = total / bpt
+    wall_rate, cpu_rate = rate["tokens"] / rate["wall"], rate["tokens"] / rate["cpu"]
+    print(f"\none full chunk ({rate['docs']:,} documents, {rate['tokens']:,} tokens, {rate['bytes'] / 1e6:.1f} MB): "
+          f"{rate['wall']:.1f} s wall, {rate['cpu']:.1f} s thread CPU -> {wall_rate:,.0f} tokens/s "
+          f"({wall_rate * bpt / 1e6:.3f} MB/s) on this loaded machine, {cpu_rate:,.0f} tokens/CPU-s "
+          f"({cpu_rate * bpt / 1e6:.3f} MB/CPU-s)")
+    eff = None
+    for eng in ("dask", "spark"):
+        if f"{eng} 1" in cfgs and f"{eng} 2" in cfgs and cfgs[f"{eng} 1"].wall and cfgs[f"{eng} 2"].wall:
+            s = _med(cfgs[f"{eng} 1"].wall) / _med(cfgs[f"{eng} 2"].wall)
+            eff = s / 2 if eff is None else max(eff, s / 2)
+    print(f"projection: {total / 1e12:g} TB of raw text = {tokens:,.0f} tokens ({bpt:.2f} bytes/token) on {workers} "
+          f"workers, one chunk-sized task after another, the engine's per-task cost left out:")
+    for what, r in (("at this run's wall rate per worker", wall_rate), ("at the CPU rate (a free core)", cpu_rate)):
+        h = tokens / (r * workers) / 3600
+        line = f"  {what}: {h:,.1f} h with linear scaling"
+        if eff:
+            line += f"; {h / min(1.0, eff):,.1f} h at the scaling efficiency measured here from 1 to 2 workers ({eff:.2f})"
+        print(line)
+
+
+def _noop(x):
+    return x
+
+
+def task_cost(engine, n: int = 64, repeat: int = 3) -> float:
+    """Median seconds per task of a map of ``n`` tasks that do nothing (the engine's own cost)."""
+    engine.map(_noop, range(n))
+    walls = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        engine.map(_noop, range(n))
+        walls.append(time.perf_counter() - t0)
+    return _med(walls) / n
+
+
+def overhead_only(counts) -> None:
+    """The per-task cost of each engine (maps of 64 empty tasks), without any release."""
+    from textdp.engines import LocalEngine
+    from textdp.engines.dask import DaskEngine
+    from textdp.engines.spark import SparkEngine
+
+    for n in counts:
+        for label, make in (("local", lambda: LocalEngine(n)), ("dask", lambda: DaskEngine(workers=n)),
+                            ("spark", lambda: SparkEngine(workers=n))):
+            with make() as eng:
+                if hasattr(eng, "start"):
+                    eng.start()
+                print(f"{label} {n}: {1000 * task_cost(eng):8.2f} ms per empty task (median of 3 maps of 64)",
+                      flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="2MB", help="raw text of the generated corpus (e.g. 2MB, 50MB, 2GB)")
@@ -266,6 +347,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--mechanism", default="santext")
     ap.add_argument("--chunk-size", type=int, default=50_000, help="rows per chunk inside a task")
+    ap.add_argument("--no-chunk-rate", dest="chunk_rate", action="store_false",
+                    help="skip timing one full chunk (the per-worker rate used for the 1 TB projection)")
+    ap.add_argument("--overhead-only", action="store_true",
+                    help="only the engines' cost per task (maps of 64 empty tasks), no release")
     ap.add_argument("--data", default=None, help="corpus folder to reuse (generated there when absent)")
     a = ap.parse_args(argv)
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
@@ -275,6 +360,10 @@ def main(argv=None) -> int:
 
     print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"on {os.cpu_count()} cores", flush=True)
+    if a.overhead_only:
+        overhead_only(counts)
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
+        return 0
     work = Path(tempfile.mkdtemp(prefix="textdp-bench-engines-"))
     try:
         target = parse_size(a.size)
@@ -333,7 +422,13 @@ def main(argv=None) -> int:
                 sp.local_ref = ref
                 cfgs[f"spark {n}"] = sp
                 cfgs[f"local {n}*"] = ref
+        rate = None
+        if a.chunk_rate:
+            print(f"\none task's steady work: one chunk of {a.chunk_size:,} documents in this process", flush=True)
+            rate = chunk_rate(a.mechanism, a.chunk_size)
         report(cfgs, facts["bytes"], n_parts)
+        if rate is not None:
+            projection(rate, cfgs)
         print(f"\nload average after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; "
               f"total {time.perf_counter() - t0:.0f} s  (local N* = the local runs interleaved with Spark N)")
     finally:
