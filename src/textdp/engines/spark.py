@@ -19,7 +19,9 @@ store on local disk (and a function that pickles larger than ``spark.broadcast``
 e.g. a plan that carries an :class:`~textdp.embeddings.Embeddings` object, becomes a broadcast
 variable): the engine therefore starts its session with ``spark.io.encryption.enabled=true``, so
 anything Spark writes to local disk (blocks, shuffle and spill files) is AES-encrypted with a key
-held in memory only, and refuses a running session that has it off. The Web UI is off, the
+held in memory only, and refuses a running session that has it off. The items themselves (a task
+description may carry the plan as well) go from Python to the JVM through ``sc.parallelize``:
+over a local socket when encryption is on (PySpark writes them to a temporary file otherwise). The Web UI is off, the
 driver binds to ``127.0.0.1`` in local mode, and Spark's own log and console progress bar are off
 (``FATAL`` only, through a log4j2 configuration given to the driver JVM; failures reach the driver
 as exceptions).
