@@ -247,7 +247,8 @@ def _med(xs):
 
 def report(cfgs: dict[str, Config], raw_bytes: int, parts: int) -> None:
     mb = raw_bytes / 1e6
-    print("\nconfiguration    start-up s   wall s (median)   tokens/s      MB/s   tokens/task-CPU-s   peak RSS/worker MB")
+    print("\nconfiguration    start-up s   wall s (median)   tokens/s      MB/s   tokens/task-CPU-s"
+          "   peak RSS/worker MB")
     for label, c in cfgs.items():
         if not c.wall:
             continue
@@ -256,7 +257,8 @@ def report(cfgs: dict[str, Config], raw_bytes: int, parts: int) -> None:
         peak = max(c.rss.values()) / 1024 if c.rss else float("nan")
         extra = f" (JVM {c.jvm_mb:,.0f})" if c.jvm_mb else ""
         print(f"{label:<16} {c.startup:10.1f} {w:14.2f} {c.tokens / w:12,.0f} {mb / w:9.3f} {c.tokens / cpu:15,.0f}"
-              f" {peak:15,.0f}{extra}   [{len(c.rss)} worker process(es); walls {', '.join(f'{x:.1f}' for x in c.wall)}]")
+              f" {peak:15,.0f}{extra}   [{len(c.rss)} worker process(es); walls "
+              f"{', '.join(f'{x:.1f}' for x in c.wall)}]")
 
     digests = {label: c.digests for label, c in cfgs.items() if c.digests is not None}
     same = len({tuple(sorted(d.items())) for d in digests.values()}) == 1
@@ -276,8 +278,8 @@ def report(cfgs: dict[str, Config], raw_bytes: int, parts: int) -> None:
     for eng in ("dask", "spark"):
         for n in (1, 2):
             if f"{eng} {n}" in cfgs and f"local {n}" in cfgs and cfgs[f"{eng} {n}"].wall:
-                same_block = cfgs[f"{eng} {n}"].local_ref if hasattr(cfgs[f"{eng} {n}"], "local_ref") else None
-                ref = same_block if same_block else cfgs[f"local {n}"]
+                # the local runs interleaved with this engine's (Spark: its own block's)
+                ref = getattr(cfgs[f"{eng} {n}"], "local_ref", None) or cfgs[f"local {n}"]
                 over = _med(cfgs[f"{eng} {n}"].wall) / _med(ref.wall) - 1
                 print(f"RESULT engines.{eng}_overhead_{n}w {100 * over:+.1f} % (goal <= 15 %; wall against local "
                       f"{n} run interleaved with it)")
@@ -303,7 +305,8 @@ def projection(rate: dict, cfgs: dict, total: float = 1e12, workers: int = 100) 
         h = tokens / (r * workers) / 3600
         line = f"  {what}: {h:,.1f} h with linear scaling"
         if eff:
-            line += f"; {h / min(1.0, eff):,.1f} h at the scaling efficiency measured here from 1 to 2 workers ({eff:.2f})"
+            line += (f"; {h / min(1.0, eff):,.1f} h at the scaling efficiency measured here from 1 to 2 "
+                     f"workers ({eff:.2f})")
         print(line)
 
 

@@ -80,3 +80,18 @@ def test_no_java_is_a_clear_error(spark_engine, monkeypatch):
     monkeypatch.setattr(spark_mod, "_has_java", lambda: False)
     with pytest.raises(MissingPackageError, match="Java 17"):
         SparkEngine(workers=1).start()
+
+
+def test_a_running_session_without_io_encryption_is_refused(spark_engine, monkeypatch):
+    from types import SimpleNamespace
+
+    from pyspark.sql import SparkSession
+
+    conf = {"spark.io.encryption.enabled": "false"}
+    spark_conf = SimpleNamespace(get=lambda k, d=None: conf.get(k, d))
+    fake = SimpleNamespace(sparkContext=SimpleNamespace(getConf=lambda: spark_conf))
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", lambda self: fake)
+    with pytest.raises(ParameterError, match="spark.io.encryption.enabled"):
+        SparkEngine().start()
+    conf["spark.io.encryption.enabled"] = "true"
+    assert SparkEngine().start().session is fake  # taken as it is, not owned
