@@ -17,6 +17,16 @@ Presets (``preset_config(name)``):
   window 3 gives far less fluent text here).
 * ``tiny`` — a plumbing check in well under a minute: small random BERT target
   and tiny generator on a few hundred texts, 4 templates, 8 tokens.
+* ``memorising`` — the ``cpu`` preset with a target that memorises (issue 18):
+  ALL 6 layers of the packaged MiniLM (embeddings included) fine-tuned for 10
+  epochs (AdamW 1e-4, batch 16) on a smaller private split of 400 texts (200
+  per label for a two-label dataset), so that its training accuracy reaches
+  about 1.0 with a clear gap to held-out accuracy. How much it memorises is
+  measured, not assumed: :mod:`textdp.attacks.inversion.memorisation` (train
+  and held-out accuracy, loss-based membership-inference AUC with a confidence
+  interval) runs on every target and lands in ``report.json``. Generator,
+  templates and TR knobs are the ``cpu`` preset's. Measured wall time of the
+  target's training: docs/attacks.md, "A memorising target".
 """
 
 from __future__ import annotations
@@ -27,9 +37,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from textdp.attacks.inversion.pplm import PPLMConfig
 from textdp.errors import ParameterError
 
-__all__ = ["InversionConfig", "preset_config", "PRESETS"]
+__all__ = ["InversionConfig", "preset_config", "PRESETS", "MEMORISING_PRIVATE"]
 
-PRESETS = ("cpu", "paper", "tiny")
+PRESETS = ("cpu", "paper", "tiny", "memorising")
+#: private texts (all labels together) of the ``memorising`` preset's target
+MEMORISING_PRIVATE = 400
 
 
 @dataclass
@@ -190,7 +202,7 @@ class InversionConfig:
 
 
 def preset_config(name: str, *, long_texts: bool = False) -> InversionConfig:
-    """The configuration of a preset (``cpu``, ``paper`` or ``tiny``).
+    """The configuration of a preset (``cpu``, ``paper``, ``tiny`` or ``memorising``).
 
     ``long_texts`` switches the paper preset to the long-text template recipe
     (3-8-grams, 320 templates). Raises ParameterError for an unknown preset.
@@ -201,6 +213,11 @@ def preset_config(name: str, *, long_texts: bool = False) -> InversionConfig:
     base = InversionConfig(preset=key)
     if key == "cpu":
         return base
+    if key == "memorising":
+        # whole MiniLM (target_layers None = all 6 layers, nothing frozen), several epochs on a smaller private
+        # split: a target with a real train/held-out gap, so the inversion has memorisation to reveal
+        return replace(base, max_private=MEMORISING_PRIVATE, target_layers=None, target_epochs=10, target_lr=1e-4,
+                       target_batch=16)
     if key == "paper":
         c = replace(base, target_layers=None, target_epochs=5, target_batch=8, target_lr=5e-5,
                     gen_d_model=256, gen_layers=4, gen_heads=4, gen_epochs=10, gen_max_vocab=None, gen_block=128,

@@ -180,7 +180,10 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
     ``defence``: ``none`` (AdamW fine-tuning), ``dpsgd`` (Opacus DP-SGD,
     ``cfg.dp_epsilon``), or ``santext`` (fine-tuning on SanText-sanitised private
     text). Returns ``(classifier, info)`` with ``train_acc`` (on the original
-    private texts), ``heldout_acc``, ``public_acc`` and, for DP-SGD, ε.
+    private texts), ``heldout_acc``, ``public_acc``, ``memorisation`` (accuracy on the private
+    and on the non-member texts and the loss membership-inference AUC with its 95 % interval,
+    :mod:`textdp.attacks.inversion.memorisation`; None with fewer than 2 held-out texts) and,
+    for DP-SGD, ε.
     """
     from textdp.models.classifier import TextClassifier, fine_tune, fine_tune_dp, load_classifier, tiny_classifier
 
@@ -204,6 +207,9 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
     if (folder / "info.json").exists():
         clf = TextClassifier.load(folder).to(dev)
         info = json.loads((folder / "info.json").read_text())
+        if "memorisation" not in info:  # a target cached before the memorisation report: measure it once
+            info["memorisation"] = _memorisation(clf.freeze(), data, cfg)
+            _rewrite_json(folder / "info.json", info)
         info["cached"] = True
         return clf.freeze(), info
     rng = make_rng(cfg.model_seed + {"none": 0, "dpsgd": 1, "santext": 2}[defence])
@@ -237,9 +243,33 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
     info["heldout_acc"] = clf.accuracy(list(data.heldout["text"]), data.heldout["label"].map(lab).to_numpy(), cfg.max_len)
     pub = data.public.head(2000)
     info["public_acc"] = clf.accuracy(list(pub["text"]), pub["label"].map(lab).to_numpy(), cfg.max_len)
+    info["memorisation"] = _memorisation(clf.freeze(), data, cfg)
     _atomic_dir(folder, lambda d: (clf.save(d), (d / "info.json").write_text(json.dumps(info))))
     info["cached"] = False
     return clf.freeze(), info
+
+
+def _memorisation(clf, data: InversionData, cfg: InversionConfig) -> dict | None:
+    """:func:`textdp.attacks.inversion.memorisation.memorisation_report` of a target: members =
+    the private split (original texts, also for the santext defence), non-members = the
+    non-member slice of held-out texts; a dict (``MemorisationReport.to_dict()`` plus ``line``),
+    or None when the dataset has fewer than 2 held-out texts."""
+    from textdp.attacks.inversion.memorisation import memorisation_report
+
+    if len(data.nonmember) < 2 or len(data.private) < 2:
+        return None
+    lab = {l: i for i, l in enumerate(data.labels)}
+    rep = memorisation_report(clf, list(data.private["text"]), data.private["label"].map(lab).to_numpy(),
+                              list(data.nonmember["text"]), data.nonmember["label"].map(lab).to_numpy(),
+                              max_len=cfg.max_len)
+    return {**rep.to_dict(), "line": rep.line()}
+
+
+def _rewrite_json(path: Path, obj: dict) -> None:
+    """Replace a small JSON file atomically (temporary file in the same folder, then rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
 
 
 def prepare_generator(data: InversionData, clf, cfg: InversionConfig, *, seed_offset: int = 0,
