@@ -58,3 +58,23 @@ def test_cli_audit_grid_engine_option(tmp_path):
     assert strip(one.stdout) == strip(eng.stdout)
     bad = r.invoke(app, ["audit", "-m", "laplace", "-e", "1", "--engine", "dask"])
     assert bad.exit_code == 2 and "--grid" in bad.output
+
+
+def test_bad_cluster_addresses_get_one_line_quickly(tmp_path):
+    """Review finding: a dead or non-Dask address hung or printed a JVM/memory error; now one line."""
+    import socket
+
+    import pytest
+
+    from textdp.engines import get_engine
+    from textdp.errors import ParameterError
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for name, addr, needle in (("dask", f"tcp://127.0.0.1:{port}", "cannot reach the Dask scheduler"),
+                               ("dask", "notaurl", "with its port"),
+                               ("spark", f"spark://127.0.0.1:{port}", "cannot reach the Spark master")):
+        eng = get_engine(name, scheduler=addr)
+        with pytest.raises(ParameterError, match=needle):
+            eng.start()

@@ -157,11 +157,7 @@ class DaskEngine(Engine):
         from distributed import Client, LocalCluster
 
         if self.scheduler is not None:
-            try:
-                self._client = Client(self.scheduler, timeout=f"{CONNECT_TIMEOUT_S}s", set_as_default=False)
-            except (OSError, TimeoutError, ValueError) as e:
-                raise ParameterError(f"cannot reach the Dask scheduler at {self.scheduler}: "
-                                     f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            self._client = _connect(Client, self.scheduler)
             return self
         # workers inherit this config from their nanny: results never spill to a worker's disk,
         # and no statistical profiler thread samples the tasks (it costs CPU on every worker)
@@ -267,3 +263,35 @@ def _label(description: str | None) -> str:
         return "map"
     safe = "".join(c if c.isalnum() else "-" for c in str(description).lower()).strip("-")
     return (safe or "map")[:24]
+
+
+def _connect(Client, address: str):
+    """A Client of the scheduler at ``address``, or ParameterError in one line within about
+    CONNECT_TIMEOUT_S seconds: an address without a port, nothing listening, or something that is
+    not a Dask scheduler (an HTTP server's bytes once read as a 3.5e18-byte message length raised
+    MemoryError; another kept the handshake waiting forever)."""
+    import threading
+
+    from textdp.engines.spark import _check_reachable
+
+    url = address if "://" in address else f"tcp://{address}"
+    if url.split("://", 1)[0] in ("tcp", "tls"):
+        _check_reachable(url, "Dask scheduler", example="tcp://HOST:8786", shown=address)
+    box: dict = {}
+
+    def run():
+        try:
+            box["client"] = Client(address, timeout=f"{CONNECT_TIMEOUT_S}s", set_as_default=False)
+        except BaseException as e:  # noqa: BLE001 - reported on the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="textdp-dask-connect", daemon=True)
+    t.start()
+    t.join(CONNECT_TIMEOUT_S + 5)
+    if "client" in box:
+        return box["client"]
+    e = box.get("error")
+    why = "no answer (is it a Dask scheduler?)" if e is None else \
+        ((str(e).strip().splitlines() or [type(e).__name__])[0][:200] if not isinstance(e, MemoryError)
+         else "its answer is not the Dask protocol")
+    raise ParameterError(f"cannot reach the Dask scheduler at {address}: {why}")

@@ -248,8 +248,17 @@ class SparkEngine(Engine):
         if local:
             builder = (builder.config("spark.driver.host", "127.0.0.1")
                        .config("spark.driver.bindAddress", "127.0.0.1"))
+        if not local and master.startswith("spark://"):
+            _check_reachable(master, "Spark master")  # a dead master: one line now, not a JVM error later
         try:
             self._session = builder.getOrCreate()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # Py4J / JVM errors while starting: the session never came up
+            if local:
+                raise
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise ParameterError(f"cannot start a Spark session on the master {master}: {first}") from None
         finally:  # read once by the JVM at start-up
             shutil.rmtree(log_dir, ignore_errors=True)
         self._owned = True
@@ -361,3 +370,23 @@ def _completed_tasks(sc, group: str) -> int:
     except Exception:  # the tracker is advisory: a race with the job's end is not an error
         return 0
     return done
+
+
+def _check_reachable(url: str, what: str, timeout: float = 5.0, example: str = "spark://HOST:7077",
+                     shown: str | None = None) -> None:
+    """ParameterError (one line) unless a TCP connection to ``url``'s host:port opens within ``timeout`` s."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or not port:
+        raise ParameterError(f"--scheduler {shown or url!r}: give the {what}'s address with its port, e.g. {example}")
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as e:
+        raise ParameterError(f"cannot reach the {what} at {url}: {e.strerror or type(e).__name__}") from None
