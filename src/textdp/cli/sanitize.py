@@ -384,8 +384,9 @@ def _sanitize_parts_command(input, output, mech_name, embeddings, epsilon, kwarg
     if output is None:
         src = Path(input)
         if not src.is_dir():
-            raise ParameterError("give --output FOLDER: the release of a glob or of a file on --engine "
-                                 f"{eng_name} is a folder of parts")
+            raise ParameterError("give --output FOLDER: the release of a glob is a folder of parts"
+                                 if not src.exists() else
+                                 f"give --output FOLDER: a file released on --engine {eng_name} is a folder of parts")
         out = src.resolve().with_name(f"{src.resolve().name}.{mech_name.replace('+', 'plus')}")
     else:
         out = Path(output)
