@@ -381,6 +381,10 @@ def _sanitize_parts_command(input, output, mech_name, embeddings, epsilon, kwarg
     if output is not None and not str(output).strip():
         raise ParameterError("--output is empty; give a folder name such as out/ (it receives the parts)")
     default_name = output is None
+    if output is None and not Path(input).exists():
+        from textdp.data.parts import find_parts
+
+        find_parts(input)  # a glob that matches nothing (or a missing file) is named before --output is asked for
     if output is None:
         src = Path(input)
         if not src.is_dir():
