@@ -51,7 +51,8 @@ def _print(res, alpha: float, seed: Optional[int]) -> None:
     p(f"  ceiling   ln(q/(1−q)) = {a.ceiling:.2f} with q = β^(1/m), m = {_fmt_int(a.canaries)}, β = {alpha:g}: no one-run "
       f"bound from {_fmt_int(a.canaries)} canaries can exceed it (this audit's grid and δ: at most {a.attainable:.2f})")
     if a.fdp_epsilon_lower is not None:
-        gdp = (f"; the run is not μ-GDP for μ < {a.gdp_mu_lower:.3f}" if a.gdp_mu_lower is not None else "")
+        gdp = ("" if a.gdp_mu_lower is None else f"; the run is not μ-GDP for μ < {a.gdp_mu_lower:.3f}"
+               if a.gdp_mu_lower > 0 else "; no μ-GDP claim is refuted either")
         p(f"  f-DP      ε ≥ {a.fdp_epsilon_lower:.3f} with the (ε, δ) trade-off curve{gdp} (Mahloujifar, Melis & "
           f"Chaudhuri 2024; same guesses and confidence)")
     if res.flagged:
