@@ -159,6 +159,17 @@ def test_bfloat16_prefilter_error_is_within_the_bound():
         assert 0.0 < worst <= 1.0, worst
 
 
+@pytest.mark.parametrize("prefilter", PREFILTERS)
+def test_a_pickled_search_gives_the_same_result(prefilter):
+    import pickle
+
+    y = _table(100, 5, 13)
+    q = np.random.Generator(np.random.PCG64(14)).standard_normal((40, 5)) * 4
+    search = NearestSearch(y, prefilter)
+    cols = search(q, 2)[0]
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(search))(q, 2)[0], cols)
+
+
 def test_prefilter_choice():
     assert nearest.resolve_prefilter("numpy") == "numpy"
     assert nearest.resolve_prefilter("auto") in ("numpy", "torch")

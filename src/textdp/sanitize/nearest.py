@@ -173,6 +173,15 @@ class NearestSearch:
         self._tile_h = np.maximum.reduceat(self.hp, starts)
         self._tile_eh = np.maximum.reduceat(e_h, starts)
 
+    def __getstate__(self) -> dict:  # the per-thread buffers stay behind (a copy makes its own)
+        state = self.__dict__.copy()
+        state.pop("_local", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+
     def bounds(self, qn: np.ndarray) -> np.ndarray:
         """``B0`` of every tile for queries of norms ``qn`` (module docstring, without the output rounding,
         which is the relative ``c_out``): float64 ``(tiles, n)``."""
