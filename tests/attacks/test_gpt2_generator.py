@@ -54,9 +54,9 @@ def gpt2_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def loaded(gpt2_dir, tiny_models):
-    clf = tiny_models[0]
-    return clf, *prepare_pretrained_generator(clf, str(gpt2_dir))
+def loaded(gpt2_dir, tiny_models, tmp_path_factory):
+    clf = tiny_models[0]  # the cached alignment goes to a temporary folder, not the user's cache
+    return clf, *prepare_pretrained_generator(clf, str(gpt2_dir), cache=tmp_path_factory.mktemp("align-cache"))
 
 
 def _row(vocab, clf, bpe_token):

