@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from textdp.cli._common import handle_errors, opt_json, opt_quiet, opt_seed, out_console, print_json, progress
+from textdp.cli._options import refuse_unused
 from textdp.errors import ParameterError
 
 
@@ -35,10 +36,13 @@ def _print(res, alpha: float, seed: Optional[int]) -> None:
     conf = f"{100 * (1 - alpha):g}%"
     p = lambda s: out_console.print(s, highlight=False, markup=False, soft_wrap=True)  # noqa: E731
     p("one-run audit of DP-SGD (Steinke, Nasr & Jagielski 2023, Theorem 3.1)")
-    p(f"  data      {res.dataset}: {_fmt_int(res.train_examples)} training examples + {_fmt_int(res.canaries)} canary "
-      f"sentences, {_fmt_int(res.included)} of them included by fair coins")
+    kind = ("canary sentences" if res.canary_kind == "random-tokens" else
+            "mislabelled canaries (training examples set aside, each with another label)")
+    p(f"  data      {res.dataset}: {_fmt_int(res.train_examples)} training examples + {_fmt_int(res.canaries)} {kind}, "
+      f"{_fmt_int(res.included)} of them included by fair coins")
+    opt = f"lr {res.lr:g}" if res.optimizer == "SGD" else f"{res.optimizer} lr {res.lr:g}"
     p(f"  model     {res.model}; Opacus DP-SGD: noise multiplier {res.sigma_used:.4g}, sample rate {res.sample_rate:.4g}, "
-      f"{_fmt_int(res.steps)} steps, clip {res.clip:g}, lr {res.lr:g}; test accuracy {res.test_accuracy:.3f}")
+      f"{_fmt_int(res.steps)} steps, clip {res.clip:g}, {opt}; test accuracy {res.test_accuracy:.3f}")
     if res.broken:
         p(f"  BROKEN    deliberately broken replica: noise multiplier {res.sigma:.4g}/10 = {res.sigma_used:.4g} used, "
           f"while the accountant still reports the ε of {res.sigma:.4g}")
@@ -71,19 +75,37 @@ def register(app: typer.Typer) -> None:
     @app.command("dpsgd")
     @handle_errors
     def dpsgd(
+        ctx: typer.Context,
         dataset: str = typer.Argument("rotten-tomatoes", help="Built-in dataset whose training split is the private "
                                       "data (see textdp datasets)."),
         epsilon: float = typer.Option(2.0, "--epsilon", "-e", help="Target ε the noise is calibrated to (per example, "
                                       "add/remove one, whole run); the claim is the accountant's ε for that noise."),
         delta: float = typer.Option(1e-5, "--delta", help="δ of the claim and of the bound."),
-        canaries: int = typer.Option(1000, "--canaries", help="Number m of canary sentences, each included by a fair coin."),
+        canaries: int = typer.Option(1000, "--canaries", help="Number m of canaries, each included by a fair coin."),
+        canary_kind: str = typer.Option("random-tokens", "--canary-kind", help="random-tokens (a made-up word with a "
+                                        "random label) or mislabelled (real training examples set aside, each with "
+                                        "another label)."),
+        model: str = typer.Option("bag-of-words", "--model", help="bag-of-words (hashed logistic regression, CPU), "
+                                  "minilm (the packaged MiniLM-L6) or a local transformer folder (your own "
+                                  "BERT/MiniLM-style model): fine-tuned with all its layers."),
         epochs: float = typer.Option(4.0, "--epochs", help="Expected passes over the data (steps = ⌈epochs / q⌉)."),
         batch_size: int = typer.Option(256, "--batch-size", help="Expected Poisson batch size."),
-        lr: float = typer.Option(8.0, "--lr", help="Learning rate of plain SGD."),
+        lr: Optional[float] = typer.Option(None, "--lr", help="Learning rate: plain SGD for bag-of-words (default 8), "
+                                           "Adam for a transformer (default 5e-4)."),
         clip: float = typer.Option(0.5, "--clip", help="Per-example gradient clipping norm."),
-        hash_bits: int = typer.Option(12, "--hash-bits", help="Words are hashed into 2^BITS rows of the model."),
+        hash_bits: int = typer.Option(12, "--hash-bits", help="Bag-of-words: words are hashed into 2^BITS rows."),
+        max_len: int = typer.Option(64, "--max-len", help="Transformer: WordPieces per text ([CLS]/[SEP] included)."),
+        freeze_embeddings: bool = typer.Option(False, "--freeze-embeddings", help="Transformer: keep the word-embedding "
+                                               "table fixed (Opacus stores a dense batch x vocabulary x hidden "
+                                               "per-example gradient for it)."),
+        device: Optional[str] = typer.Option(None, "--device", help="Transformer: auto (default: cuda when torch sees "
+                                             "one, else cpu), cpu or cuda[:N]. The bag-of-words model trains on the CPU."),
+        accountant: str = typer.Option("rdp", "--accountant", help="rdp (Opacus RDP) or pld (dp-accounting's "
+                                       "privacy-loss distribution): calibrates the noise and gives the claimed ε."),
         max_examples: Optional[int] = typer.Option(None, "--max-examples", help="Use only the first N training examples "
                                                    "(a quick run)."),
+        max_test_examples: Optional[int] = typer.Option(None, "--max-test-examples", help="Measure the accuracy on only "
+                                                        "the first N test examples (a quick run)."),
         score: str = typer.Option("gradient", "--score", help="gradient (white box: the final parameters' alignment with "
                                   "each canary's gradient) or loss (black box: each canary sentence's loss)."),
         broken: bool = typer.Option(False, "--broken", help="Deliberately broken replica to test the audit: the noise "
@@ -98,15 +120,22 @@ def register(app: typer.Typer) -> None:
         quiet: bool = opt_quiet(),
         json_out: bool = opt_json(),
     ):
-        """One-run audit of DP-SGD (Steinke, Nasr & Jagielski 2023): m canary sentences, each included by a fair
-        coin, ONE DP-SGD training of a bag-of-words text classifier (Opacus), canaries scored on the final model,
-        and an ε lower bound beside the accountant's claimed ε. FLAG iff the bound exceeds the claim.
+        """One-run audit of DP-SGD (Steinke, Nasr & Jagielski 2023): m canaries, each included by a fair
+        coin, ONE DP-SGD training of a text classifier (Opacus; a bag-of-words model or a transformer fine-tuned
+        with all its layers), canaries scored on the final model, and an ε lower bound beside the accountant's
+        claimed ε. FLAG iff the bound exceeds the claim.
 
         Examples: textdp audit dpsgd -e 2 --canaries 1000;
         textdp audit dpsgd -e 2 --broken --fail-on-violation;
-        textdp audit dpsgd --score loss --json
+        textdp audit dpsgd --model ./my-bert --canary-kind mislabelled --score loss --json
         """
-        from textdp.audit.dpsgd import audit_dpsgd
+        from textdp.audit.dpsgd import _bow_name, audit_dpsgd
+
+        if _bow_name(model):
+            refuse_unused(ctx, "applies to a transformer --model, not to bag-of-words", "max_len", "freeze_embeddings",
+                          "device")
+        else:
+            refuse_unused(ctx, "applies to the bag-of-words model, not to a transformer --model", "hash_bits")
 
         if not 0.0 < alpha < 1.0:
             raise ParameterError(f"--alpha must be in (0, 1) (e.g. 0.05 for 95% confidence), got {alpha!r}")
@@ -117,9 +146,11 @@ def register(app: typer.Typer) -> None:
             def on_step(step: int, total: int) -> None:
                 bar.update(task, completed=step, total=total)
 
-            res = audit_dpsgd(epsilon, delta, canaries, dataset=dataset, max_examples=max_examples, epochs=epochs,
-                              batch_size=batch_size, lr=lr, clip=clip, hash_bits=hash_bits, score=score, broken=broken,
-                              beta=alpha, guess_counts=pairs, fdp=not no_fdp, seed=seed, on_step=on_step)
+            res = audit_dpsgd(epsilon, delta, canaries, dataset=dataset, max_examples=max_examples,
+                              max_test_examples=max_test_examples, model=model, canary_kind=canary_kind, epochs=epochs,
+                              batch_size=batch_size, lr=lr, clip=clip, hash_bits=hash_bits, max_len=max_len,
+                              freeze_embeddings=freeze_embeddings, device=device, accountant=accountant, score=score,
+                              broken=broken, beta=alpha, guess_counts=pairs, fdp=not no_fdp, seed=seed, on_step=on_step)
         if json_out:
             d = res.to_dict()
             d["seed_note"] = ("seeded: a reproducible research run, not for release" if seed is not None
