@@ -564,9 +564,7 @@ def _prior_weights(channel: Channel, prior) -> tuple[np.ndarray, float]:
         w = np.zeros(n)
         total = 0.0
         for word, c in prior.items():
-            c = float(c)
-            if not (c >= 0 and math.isfinite(c)):
-                raise ParameterError(f"prior weight of {word!r} must be finite and >= 0, got {c!r}")
+            c = prior_weight(word, c)
             total += c
             j = idx.get(word)
             if j is not None:
@@ -582,6 +580,17 @@ def _prior_weights(channel: Channel, prior) -> tuple[np.ndarray, float]:
     if inside <= 0:
         raise InputError("the prior puts no mass on the channel's inputs (no word can be attacked)")
     return w / inside, 1.0 - inside / total
+
+
+def prior_weight(word, c) -> float:
+    """One prior weight as a float; ParameterError (one line) unless it is a finite number >= 0."""
+    try:
+        v = float(c)
+    except (TypeError, ValueError):
+        raise ParameterError(f"prior weight of {word!r} must be a number >= 0, got {c!r}") from None
+    if not (v >= 0 and math.isfinite(v)):
+        raise ParameterError(f"prior weight of {word!r} must be finite and >= 0, got {c!r}")
+    return v
 
 
 def _stream_success(channel: Channel, value_w: np.ndarray, k: int, block_bytes: int,

@@ -529,7 +529,7 @@ class TokenReconstruction:
 
 def _channel_and_prior(mech, prior):
     """The exact channel over the prior's words and the prior as normalised weights over it."""
-    from textdp.attacks.bayes import Channel, MechanismChannel
+    from textdp.attacks.bayes import Channel, MechanismChannel, _prior_weights, prior_weight
 
     if isinstance(mech, Channel):
         ch = mech
@@ -537,7 +537,7 @@ def _channel_and_prior(mech, prior):
         if prior is None or not hasattr(prior, "items"):
             ch = MechanismChannel(mech)  # inputs: the output vocabulary (an array prior is over it)
         else:
-            words = [w for w, c in prior.items() if _weight(w, c) > 0]
+            words = [w for w, c in prior.items() if prior_weight(w, c) > 0]
             if hasattr(mech, "input_rows") and words:
                 words = [w for w, r in zip(words, mech.input_rows(words).tolist()) if r >= 0]
             if not words:
@@ -549,39 +549,10 @@ def _channel_and_prior(mech, prior):
     if not getattr(ch, "exact", True):
         raise ParameterError(f"the channel of {getattr(ch, 'name', 'this mechanism')} is an approximation; the exact "
                              "optimum needs the mechanism's exact law")
-    n = len(ch.inputs)
     if prior is None:
-        w, total = np.ones(n), float(n)
-    elif hasattr(prior, "items"):
-        idx = ch.input_index()
-        w, total = np.zeros(n), 0.0
-        for word, c in prior.items():
-            c = _weight(word, c)
-            total += c
-            j = idx.get(word)
-            if j is not None:
-                w[j] += c
-    else:
-        w = np.array(prior, dtype=np.float64).reshape(-1)
-        if w.shape != (n,):
-            raise ParameterError(f"prior has shape {w.shape}, expected ({n},) (one weight per input word)")
-        if not (np.isfinite(w).all() and (w >= 0).all()):
-            raise ParameterError("prior weights must be finite and >= 0")
-        total = float(w.sum())
-    inside = float(w.sum())
-    if inside <= 0:
-        raise InputError("the prior puts no mass on words the mechanism accepts (no word can be attacked)")
-    return ch, w / inside, 1.0 - inside / total
-
-
-def _weight(word, c) -> float:
-    try:
-        v = float(c)
-    except (TypeError, ValueError):
-        raise ParameterError(f"prior weight of {word!r} must be a number >= 0, got {c!r}") from None
-    if not (v >= 0 and math.isfinite(v)):
-        raise ParameterError(f"prior weight of {word!r} must be finite and >= 0, got {c!r}")
-    return v
+        return ch, np.full(len(ch.inputs), 1.0 / len(ch.inputs)), 0.0
+    w, skipped = _prior_weights(ch, prior)
+    return ch, w, skipped
 
 
 def _log_ratio_extremes(ch, ids: np.ndarray, block_bytes: int) -> tuple[float, float]:

@@ -340,7 +340,13 @@ def sanitize_command(
             summary["model_path"] = mech.model_path
         if stats.seconds > 0:  # language models run at a few words per second: two decimals
             summary["private"]["tokens_per_second"] = round(stats.tokens / stats.seconds, 2)
-    if not quiet:  # every card warning (the corpus-vocabulary statement included), then the private ones
+    return _report(summary, warnings, private_warnings, seed, quiet, json_out)
+
+
+def _report(summary: dict, warnings, private_warnings, seed, quiet: bool, json_out: bool) -> dict:
+    """Every card warning (the corpus-vocabulary statement included), then the private ones, on stderr; then the
+    summary as JSON or as the terminal summary."""
+    if not quiet:
         from textdp.cli._common import err_console
 
         for w in warnings:
@@ -466,18 +472,7 @@ def _sanitize_parts_command(input, output, mech_name, embeddings, epsilon, kwarg
         summary["document_level"] = True
         if getattr(mech, "model_path", None):
             summary["model_path"] = mech.model_path
-    if not quiet:
-        for w in warnings:
-            err_console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False, soft_wrap=True)
-        for w in private_warnings:
-            err_console.print(f"[yellow]warning (private):[/] {esc(w)}", highlight=False, soft_wrap=True)
-    if json_out:
-        from textdp.cli._common import print_json
-
-        print_json(summary)
-    elif not quiet:
-        _print_summary(summary, seed)
-    return summary
+    return _report(summary, warnings, private_warnings, seed, quiet, json_out)
 
 
 def _run(input, builtin, out, mech, epsilon, text_column, split, limit, chunk_size,

@@ -1238,6 +1238,27 @@ def _umask() -> int:
     return old
 
 
+def replace_folder(new: Path, out: Path) -> Path | None:
+    """Put the finished folder ``new`` at ``out`` by rename: onto a missing or empty ``out`` directly; else the
+    earlier ``out`` is first moved into a hidden sibling folder (as ``d``), put back if the second rename fails,
+    and that sibling is returned for the caller to delete once the new folder is committed (or to restore).
+    OSError as raised by the renames."""
+    if not (out.is_dir() and any(out.iterdir())):
+        os.replace(new, out)
+        return None
+    parent = out.parent if str(out.parent) else Path(".")
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
+    os.replace(out, old / "d")
+    try:
+        os.replace(new, out)
+    except BaseException:
+        os.replace(old / "d", out)
+        with contextlib.suppress(OSError):
+            old.rmdir()
+        raise
+    return old
+
+
 @contextlib.contextmanager
 def atomic_output_dir(
     path: str | os.PathLike, overwrite: bool = False, kind: str = "output", inputs: list | None = None,
@@ -1278,23 +1299,13 @@ def atomic_output_dir(
             raise _write_error(exc, out) from None
         check_output_dir(out, overwrite, inputs, create_parents)  # re-check: the folder may have changed meanwhile
         try:
-            if out.is_dir() and any(out.iterdir()):
-                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
-                os.replace(out, old / "d")
-                try:
-                    os.replace(tmp, out)
-                except BaseException:
-                    os.replace(old / "d", out)
-                    with contextlib.suppress(OSError):
-                        old.rmdir()
-                    raise
-                import shutil
-
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, out)  # onto a missing or empty folder
+            old = replace_folder(tmp, out)
         except OSError as exc:
             raise _write_error(exc, out) from None
+        if old is not None:
+            import shutil
+
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException as exc:
         import shutil
 

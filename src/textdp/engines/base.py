@@ -49,6 +49,19 @@ def check_workers(workers, name: str = "--workers") -> int | None:
     return int(workers)
 
 
+def check_cluster_address(address, workers, flag_example: str, brings: str) -> str | None:
+    """A running cluster's address (``--scheduler``) stripped, or None; ParameterError when both it and
+    ``workers`` are given (``brings``: what the cluster brings instead), or when it is not a non-empty string
+    (``flag_example``: what ``--scheduler`` must be, e.g. "a Dask scheduler address such as tcp://…")."""
+    if address is None:
+        return None
+    if workers is not None:
+        raise ParameterError(f"give --scheduler or --workers, not both: {brings}")
+    if not isinstance(address, str) or not address.strip():
+        raise ParameterError(f"--scheduler must be {flag_example}, got {address!r}")
+    return address.strip()
+
+
 class Engine(ABC):
     """Where a release's partitions run. ``name``: ``local`` | ``dask`` | ``spark``;
     ``workers``: the number of partitions processed at once (an engine's slots)."""

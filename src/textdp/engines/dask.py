@@ -29,7 +29,7 @@ import logging
 import uuid
 from typing import Any, Callable, Sequence
 
-from textdp.engines.base import Engine, check_workers
+from textdp.engines.base import Engine, check_cluster_address, check_workers
 from textdp.errors import MissingPackageError, ParameterError
 
 __all__ = ["DaskEngine"]
@@ -118,15 +118,9 @@ class DaskEngine(Engine):
 
     def __init__(self, workers: int | None = None, scheduler: str | None = None):
         workers = check_workers(workers)
-        if scheduler is not None:
-            if workers is not None:
-                raise ParameterError("give --scheduler or --workers, not both: a running Dask cluster "
-                                     "brings its own workers")
-            if not isinstance(scheduler, str) or not scheduler.strip():
-                raise ParameterError(f"--scheduler must be a Dask scheduler address such as "
-                                     f"tcp://127.0.0.1:8786, got {scheduler!r}")
-            scheduler = scheduler.strip()
-        self.scheduler = scheduler
+        self.scheduler = check_cluster_address(scheduler, workers,
+                                               "a Dask scheduler address such as tcp://127.0.0.1:8786",
+                                               "a running Dask cluster brings its own workers")
         self._n_local = workers or 2
         self._client = None
         self._cluster = None

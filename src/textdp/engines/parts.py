@@ -655,21 +655,8 @@ def _swap(job_dir: Path, out: Path, overwrite: bool, parts: PartsInput) -> Path 
     the hidden folder that holds the earlier release (as ``d``), for the caller to delete once the new
     release is recorded (or to put back), or None when ``out`` was empty."""
     io.check_output_dir(out, overwrite=overwrite, inputs=list(parts.paths), create_parents=True)
-    parent = out.parent if str(out.parent) else Path(".")
     try:
-        if out.is_dir() and any(out.iterdir()):
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
-            os.replace(out, old / "d")
-            try:
-                os.replace(job_dir, out)
-            except BaseException:
-                os.replace(old / "d", out)
-                with contextlib.suppress(OSError):
-                    old.rmdir()
-                raise
-            return old
-        os.replace(job_dir, out)
-        return None
+        return io.replace_folder(job_dir, out)
     except OSError as exc:
         raise OutputError(io.describe_os_error(exc, out, "write")) from None
 

@@ -43,7 +43,7 @@ import uuid
 import warnings
 from typing import Any, Callable, Sequence
 
-from textdp.engines.base import Engine, check_workers
+from textdp.engines.base import Engine, check_cluster_address, check_workers
 from textdp.errors import MissingPackageError, ParameterError
 
 __all__ = ["SparkEngine", "SparkJobError"]
@@ -164,15 +164,9 @@ class SparkEngine(Engine):
 
     def __init__(self, workers: int | None = None, master: str | None = None):
         workers = check_workers(workers)
-        if master is not None:
-            if workers is not None:
-                raise ParameterError("give --scheduler (a Spark master URL) or --workers, not both: "
-                                     "a Spark cluster brings its own executors")
-            if not isinstance(master, str) or not master.strip():
-                raise ParameterError(f"--scheduler must be a Spark master URL such as spark://127.0.0.1:7077, "
-                                     f"got {master!r}")
-            master = master.strip()
-        self.master = master
+        self.master = check_cluster_address(master, workers,
+                                            "a Spark master URL such as spark://127.0.0.1:7077",
+                                            "a Spark cluster (--scheduler, its master URL) brings its own executors")
         self._n_local = workers or 2
         self._session = None
         self._owned = False
