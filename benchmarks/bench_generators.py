@@ -70,19 +70,29 @@ def _scratch_ppl(model, vocab, clf, texts):
     return float(np.exp(total / _n_words(texts))), float(np.exp(total / cnt.sum())), n_unk / max(1, cnt.sum())
 
 
-def _scratch_samples(model, vocab, clf, prompts):
+def _vtg_samples(model, prompt_ids, eos, banned, decode):
+    """VTG continuations (20 tokens, top-k 10) of each prompt, rows of equal prompt length batched;
+    row i sampled with seed 1000 + i."""
     import torch
 
     from textdp.attacks.inversion.pplm import PPLMConfig, generate
 
     cfg = PPLMConfig(gen_length=20, top_k=10)
-    out = []
-    for i, p in enumerate(prompts):  # one row at a time: prompts differ in length
-        ids = [vocab.bos] + vocab.encode(clf.token_ids([p]))[0]
-        res = generate(model, None, None, torch.tensor([ids]), None, cfg, [1000 + i], perturb=False, eos=vocab.eos,
-                       banned=[vocab.bos, vocab.unk])
-        out.append(vocab.decode(res["ids"][0].tolist()))
+    out = [""] * len(prompt_ids)
+    groups: dict[int, list[int]] = {}
+    for i, ids in enumerate(prompt_ids):
+        groups.setdefault(len(ids), []).append(i)
+    for idx in groups.values():
+        res = generate(model, None, None, torch.tensor([prompt_ids[i] for i in idx]), None, cfg,
+                       [1000 + i for i in idx], perturb=False, eos=eos, banned=banned)
+        for i, row in zip(idx, res["ids"].tolist()):
+            out[i] = decode(row)
     return out
+
+
+def _scratch_samples(model, vocab, clf, prompts):
+    ids = [[vocab.bos] + vocab.encode(clf.token_ids([p]))[0] for p in prompts]
+    return _vtg_samples(model, ids, vocab.eos, [vocab.bos, vocab.unk], vocab.decode)
 
 
 def run_scratch(args):
@@ -118,7 +128,6 @@ def run_gemma(args):
 
     import torch
 
-    from textdp.attacks.inversion.pplm import PPLMConfig, generate
     from textdp.attacks.inversion.gpt2_generator import HFCausalLMAdapter, resolve_generator
     from textdp.models.finetune import FineTuneConfig, causal_lm_nll, finetune_causal_lm
     from textdp.models.pretrained import banned_token_ids, load_causal_lm
@@ -141,17 +150,14 @@ def run_gemma(args):
         w, c = time.perf_counter(), _cpu()
         nll, cnt = causal_lm_nll(model, tok, held, batch_size=4)
         ppl_w, ppl_t = float(np.exp(nll.sum() / _n_words(held))), float(np.exp(nll.sum() / cnt.sum()))
-        G = HFCausalLMAdapter(model)
-        pc = PPLMConfig(gen_length=20, top_k=10)
-        samples = []
-        for i, p in enumerate(prompts):
-            ids = [tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"]
-            res = generate(G, None, None, torch.tensor([ids]), None, pc, [1000 + i], perturb=False,
-                           eos=tok.eos_token_id, banned=banned)
-            out = res["ids"][0].tolist()[1:]
-            if tok.eos_token_id in out:
-                out = out[: out.index(tok.eos_token_id)]
-            samples.append(tok.decode(out, skip_special_tokens=True).strip())
+        def decode(row):
+            row = row[1:]
+            if tok.eos_token_id in row:
+                row = row[: row.index(tok.eos_token_id)]
+            return tok.decode(row, skip_special_tokens=True).strip()
+
+        ids = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        samples = _vtg_samples(HFCausalLMAdapter(model), ids, tok.eos_token_id, banned.tolist(), decode)
         print(f"{label}: held-out PPL per word {ppl_w:.1f}, per model token {ppl_t:.1f}; samples' fluency "
               f"{scorer.perplexity(samples):.1f} ({time.perf_counter() - w:.0f} s wall, {_cpu() - c:.0f} s CPU)")
         for s in samples[:3]:

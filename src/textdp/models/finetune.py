@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
@@ -177,9 +178,11 @@ def finetune_causal_lm(model, tokenizer, texts: Sequence[str], cfg: FineTuneConf
             except ImportError:
                 raise MissingPackageError("LoRA fine-tuning needs peft; run: pip install 'textdp[nlp]' "
                                           "(or use method='full')") from None
-            net = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                                                   lora_dropout=cfg.lora_dropout, target_modules="all-linear",
-                                                   bias="none", task_type="CAUSAL_LM"))
+            with warnings.catch_warnings():  # peft calls a transformers property deprecated in v5
+                warnings.filterwarnings("ignore", category=FutureWarning)
+                net = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                                                       lora_dropout=cfg.lora_dropout, target_modules="all-linear",
+                                                       bias="none", task_type="CAUSAL_LM"))
         else:
             for p in net.parameters():
                 p.requires_grad_(True)
