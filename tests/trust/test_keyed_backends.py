@@ -41,6 +41,23 @@ def test_numpy_chacha20_matches_rfc8439_and_the_kernel():
     np.testing.assert_array_equal(out, ref.astype(np.uint32))
 
 
+def test_lane_parallel_blocks_are_the_scalar_blocks():
+    """_blocks_lanes (the vectorised ChaCha20 of the kernels) gives _block's words for every lane, for lane
+    counts below, at and above one batch, with counters and streams using both 32-bit halves."""
+    kn = keyed._kernels()
+    key = keyed.ReleaseKey.from_seed(5).words
+    rng = np.random.Generator(np.random.PCG64(11))  # test inputs, not a release
+    for n in (1, 7, kn.LANES):
+        counters = rng.integers(0, 2**63, n, dtype=np.uint64) | np.uint64(1 << 63)
+        streams = rng.integers(0, 2**63, n, dtype=np.uint64)
+        x = np.empty((16, kn.LANES), dtype=np.uint32)
+        kn._blocks_lanes(key, counters, streams, n, x)
+        ref = np.empty(16, dtype=np.uint64)
+        for i in range(n):
+            kn._block(key, counters[i], streams[i], ref)
+            np.testing.assert_array_equal(x[:, i], ref.astype(np.uint32))
+
+
 @pytest.mark.parametrize("n_words", [1, 7, 8, 9, 40])
 def test_words_are_the_same_on_both_backends(backend, n_words):
     key = keyed.ReleaseKey.from_seed(3)
@@ -100,7 +117,7 @@ def test_bernoulli_bit_ties_are_the_same_on_both_backends(backend):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("dim", [1, 2, 3, 50])
+@pytest.mark.parametrize("dim", [1, 2, 3, 50, 300])  # 300: more blocks per token than one batch of lanes holds
 def test_laplace_vectors_are_the_same_on_both_backends(backend, dim):
     key = keyed.ReleaseKey.from_seed(13)
     s, p = _addresses(60, 4)

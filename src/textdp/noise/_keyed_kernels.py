@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, uint32
 
 from textdp.noise.keyed import _BLOCKS_PER_PURPOSE
 
@@ -78,6 +78,79 @@ def _block(key, counter, stream, out16):
     out16[15] = (x15 + c15) & M
 
 
+#: blocks per call of :func:`_blocks_lanes`: its state (16 x LANES uint32 words, 16 KiB) stays in the L1 cache
+LANES = 256
+
+
+@njit(inline="always")
+def _rotl(v, n):
+    return uint32((v << uint32(n)) | (v >> uint32(32 - n)))
+
+
+@njit(cache=True, nogil=True)
+def _blocks_lanes(key, counters, streams, n, x):
+    """ChaCha20 blocks (RFC 8439 Sec. 2.3) of ``(counters[i], streams[i])``, ``i < n``, computed lane-parallel:
+    the state as 16 rows of lanes (structure of arrays), one double round over all lanes at a time, so that
+    LLVM vectorises across blocks (about 4 times the speed of :func:`_block` on AVX-512). ``x[r, i]``: uint32
+    output word ``r`` of block ``i`` (the same words as :func:`_block`'s ``out16[r]``)."""
+    k = np.empty(8, np.uint32)
+    for j in range(8):
+        k[j] = uint32(key[j])
+    M = np.uint64(0xFFFFFFFF)
+    for i in range(n):
+        x[0, i] = uint32(0x61707865)
+        x[1, i] = uint32(0x3320646E)
+        x[2, i] = uint32(0x79622D32)
+        x[3, i] = uint32(0x6B206574)
+        for j in range(8):
+            x[4 + j, i] = k[j]
+        x[12, i] = uint32(counters[i] & M)
+        x[13, i] = uint32(counters[i] >> np.uint64(32))
+        x[14, i] = uint32(streams[i] & M)
+        x[15, i] = uint32(streams[i] >> np.uint64(32))
+    y0, y1, y2, y3, y4, y5, y6, y7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
+    y8, y9, y10, y11, y12, y13, y14, y15 = x[8], x[9], x[10], x[11], x[12], x[13], x[14], x[15]
+    for _ in range(10):
+        for i in range(n):
+            x0, x1, x2, x3, x4, x5, x6, x7 = y0[i], y1[i], y2[i], y3[i], y4[i], y5[i], y6[i], y7[i]
+            x8, x9, x10, x11, x12, x13, x14, x15 = y8[i], y9[i], y10[i], y11[i], y12[i], y13[i], y14[i], y15[i]
+            x0 = uint32(x0 + x4); x12 = _rotl(uint32(x12 ^ x0), 16); x8 = uint32(x8 + x12); x4 = _rotl(uint32(x4 ^ x8), 12)
+            x0 = uint32(x0 + x4); x12 = _rotl(uint32(x12 ^ x0), 8); x8 = uint32(x8 + x12); x4 = _rotl(uint32(x4 ^ x8), 7)
+            x1 = uint32(x1 + x5); x13 = _rotl(uint32(x13 ^ x1), 16); x9 = uint32(x9 + x13); x5 = _rotl(uint32(x5 ^ x9), 12)
+            x1 = uint32(x1 + x5); x13 = _rotl(uint32(x13 ^ x1), 8); x9 = uint32(x9 + x13); x5 = _rotl(uint32(x5 ^ x9), 7)
+            x2 = uint32(x2 + x6); x14 = _rotl(uint32(x14 ^ x2), 16); x10 = uint32(x10 + x14); x6 = _rotl(uint32(x6 ^ x10), 12)
+            x2 = uint32(x2 + x6); x14 = _rotl(uint32(x14 ^ x2), 8); x10 = uint32(x10 + x14); x6 = _rotl(uint32(x6 ^ x10), 7)
+            x3 = uint32(x3 + x7); x15 = _rotl(uint32(x15 ^ x3), 16); x11 = uint32(x11 + x15); x7 = _rotl(uint32(x7 ^ x11), 12)
+            x3 = uint32(x3 + x7); x15 = _rotl(uint32(x15 ^ x3), 8); x11 = uint32(x11 + x15); x7 = _rotl(uint32(x7 ^ x11), 7)
+            x0 = uint32(x0 + x5); x15 = _rotl(uint32(x15 ^ x0), 16); x10 = uint32(x10 + x15); x5 = _rotl(uint32(x5 ^ x10), 12)
+            x0 = uint32(x0 + x5); x15 = _rotl(uint32(x15 ^ x0), 8); x10 = uint32(x10 + x15); x5 = _rotl(uint32(x5 ^ x10), 7)
+            x1 = uint32(x1 + x6); x12 = _rotl(uint32(x12 ^ x1), 16); x11 = uint32(x11 + x12); x6 = _rotl(uint32(x6 ^ x11), 12)
+            x1 = uint32(x1 + x6); x12 = _rotl(uint32(x12 ^ x1), 8); x11 = uint32(x11 + x12); x6 = _rotl(uint32(x6 ^ x11), 7)
+            x2 = uint32(x2 + x7); x13 = _rotl(uint32(x13 ^ x2), 16); x8 = uint32(x8 + x13); x7 = _rotl(uint32(x7 ^ x8), 12)
+            x2 = uint32(x2 + x7); x13 = _rotl(uint32(x13 ^ x2), 8); x8 = uint32(x8 + x13); x7 = _rotl(uint32(x7 ^ x8), 7)
+            x3 = uint32(x3 + x4); x14 = _rotl(uint32(x14 ^ x3), 16); x9 = uint32(x9 + x14); x4 = _rotl(uint32(x4 ^ x9), 12)
+            x3 = uint32(x3 + x4); x14 = _rotl(uint32(x14 ^ x3), 8); x9 = uint32(x9 + x14); x4 = _rotl(uint32(x4 ^ x9), 7)
+            y0[i], y1[i], y2[i], y3[i], y4[i], y5[i], y6[i], y7[i] = x0, x1, x2, x3, x4, x5, x6, x7
+            y8[i], y9[i], y10[i], y11[i], y12[i], y13[i], y14[i], y15[i] = x8, x9, x10, x11, x12, x13, x14, x15
+    for i in range(n):
+        y0[i] = uint32(y0[i] + uint32(0x61707865))
+        y1[i] = uint32(y1[i] + uint32(0x3320646E))
+        y2[i] = uint32(y2[i] + uint32(0x79622D32))
+        y3[i] = uint32(y3[i] + uint32(0x6B206574))
+        for j in range(8):
+            x[4 + j, i] = uint32(x[4 + j, i] + k[j])
+        y12[i] = uint32(y12[i] + uint32(counters[i] & M))
+        y13[i] = uint32(y13[i] + uint32(counters[i] >> np.uint64(32)))
+        y14[i] = uint32(y14[i] + uint32(streams[i] & M))
+        y15[i] = uint32(y15[i] + uint32(streams[i] >> np.uint64(32)))
+
+
+@njit(inline="always")
+def _lane_word(x, lane, i):
+    """64-bit word ``i`` (0..7) of block ``lane`` of :func:`_blocks_lanes`'s output (as :func:`_word`)."""
+    return np.uint64(x[2 * i, lane]) | (np.uint64(x[2 * i + 1, lane]) << np.uint64(32))
+
+
 @njit(inline="always")
 def _word(out16, i):
     return out16[2 * i] | (out16[2 * i + 1] << np.uint64(32))
@@ -90,13 +163,25 @@ def _base(position, purpose):
 
 @njit(cache=True, nogil=True)
 def _words_kernel(key, streams, positions, purpose, n_words, out):
-    blk = np.empty(16, np.uint64)
-    for t in range(streams.size):
-        base = _base(positions[t], purpose)
-        for j in range(n_words):
-            if j % 8 == 0:
-                _block(key, base | np.uint64(j // 8), np.uint64(streams[t]), blk)
-            out[t, j] = _word(blk, j % 8)
+    nb = (n_words + 7) // 8
+    per = max(1, LANES // max(nb, 1))  # tokens per batch of lanes
+    x = np.empty((16, per * nb), np.uint32)
+    cnt = np.empty(per * nb, np.uint64)
+    st = np.empty(per * nb, np.uint64)
+    for t0 in range(0, streams.size, per):
+        t1 = min(streams.size, t0 + per)
+        n = 0
+        for t in range(t0, t1):
+            base = _base(positions[t], purpose)
+            for b in range(nb):
+                cnt[n] = base | np.uint64(b)
+                st[n] = np.uint64(streams[t])
+                n += 1
+        _blocks_lanes(key, cnt, st, n, x)
+        for t in range(t0, t1):
+            lane0 = (t - t0) * nb
+            for j in range(n_words):
+                out[t, j] = _lane_word(x, lane0 + j // 8, j % 8)
 
 
 @njit(cache=True, nogil=True)
@@ -205,21 +290,34 @@ def _laplace_kernel(key, streams, positions, purpose, scale, out):
     """Noise vectors of density ∝ exp(-||z|| / scale) in R^m (m = out.shape[1]): a uniform
     direction (normalised Box-Muller Gaussians) times a Gamma(m, scale) radius (a sum of m
     exponentials -ln U). Uniforms are U = (k + 1/2) 2^-52 with k the top 52 bits of a word."""
-    blk = np.empty(16, np.uint64)
     m = out.shape[1]
     n_words = m + 2 * ((m + 1) // 2)
     two_pi = 2.0 * math.pi
+    nb = (n_words + 7) // 8
+    per = max(1, LANES // nb)  # tokens per batch of lanes (their blocks computed together)
+    x = np.empty((16, per * nb), np.uint32)
+    cnt = np.empty(per * nb, np.uint64)
+    st = np.empty(per * nb, np.uint64)
     for t in range(streams.size):
-        base = _base(positions[t], purpose)
+        t0 = t - t % per
+        if t == t0:
+            t1 = min(streams.size, t0 + per)
+            n = 0
+            for tt in range(t0, t1):
+                base = _base(positions[tt], purpose)
+                for b in range(nb):
+                    cnt[n] = base | np.uint64(b)
+                    st[n] = np.uint64(streams[tt])
+                    n += 1
+            _blocks_lanes(key, cnt, st, n, x)
+        lane0 = (t - t0) * nb
         radius = 0.0
         norm2 = 0.0
         j = 0
         k = 0
         g0 = 0.0
         while j < n_words:
-            if j % 8 == 0:
-                _block(key, base | np.uint64(j // 8), np.uint64(streams[t]), blk)
-            u = (np.float64(_word(blk, j % 8) >> np.uint64(12)) + 0.5) * 2.0**-52
+            u = (np.float64(_lane_word(x, lane0 + j // 8, j % 8) >> np.uint64(12)) + 0.5) * 2.0**-52
             if j < m:
                 radius -= math.log(u)
             elif (j - m) % 2 == 0:

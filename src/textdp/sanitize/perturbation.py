@@ -407,8 +407,8 @@ class Vickrey(Mahalanobis):
         ok = second >= 0
         if not ok.any():
             return first
-        y = self.embeddings.vectors
-        a, b = self.output_rows[first], self.output_rows[np.where(ok, second, first)]
+        y = (self._search or self._search_engine(len(q))).y  # the output words' vectors by column, in memory (the table's values, exactly)
+        a, b = first, np.where(ok, second, first)
         d1 = np.sqrt(((q - y[a]) ** 2).sum(axis=1))
         d2 = np.sqrt(((q - y[b]) ** 2).sum(axis=1))
         swap = ok & ((d2 < d1) | ((d2 == d1) & (second < first)))  # order the pair in float64
