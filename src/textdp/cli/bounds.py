@@ -519,6 +519,10 @@ def rero_cmd(
     text = sigma if swept == "sigma" else epsilon
     if text is None:
         raise ParameterError(f"--mechanism {mechanism} needs --{swept}")
+    missing = [f for f, v in {"dpsgd": (("--sampling-rate", sampling_rate), ("--steps", steps))}.get(mechanism, ())
+               if v is None]
+    if missing:
+        raise ParameterError(f"--mechanism {mechanism} needs {' and '.join(missing)}")
     values = _floats(text, f"--{swept}")
     for v in values:
         _positive(v, f"--{swept}")
