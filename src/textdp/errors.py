@@ -21,6 +21,10 @@ class InputError(TextDPError, ValueError):
     """An input file or dataset that cannot be used (empty, malformed, wrong encoding, missing column)."""
 
 
+class EmptyInputError(InputError):
+    """An input file that holds no rows (a folder of parts passes such a part through as an empty part)."""
+
+
 class OutputError(TextDPError, OSError):
     """An output that cannot be written (exists without overwrite, equals the input, ...)."""
 

@@ -390,3 +390,37 @@ def test_a_parquet_part_split_by_row_group_gives_the_same_texts(tmp_path):
         assert split.output_parts == len(rows) and split.parts == 2
         assert [len(pd.read_parquet(out / f"part-{i:05d}.parquet")) for i in range(len(rows))] == rows
         assert read_parts_output(out).equals(expected)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
+def test_a_part_without_rows_passes_through_as_an_empty_part(tmp_path, fmt):
+    """An input part without rows (a Spark job's empty partition) gives an empty output part of the same
+    format and columns, and shifts no record index: the seeded release equals the one without that part."""
+    from textdp.errors import EmptyInputError
+
+    with_empty = _write_parts(tmp_path / "a", [4, 0, 5, 3], fmt)
+    without = _write_parts(tmp_path / "b", [4, 5, 3], fmt)
+    ra = sanitize_parts(with_empty, tmp_path / "oa", _mech(seed=3), ledger=False)
+    rb = sanitize_parts(without, tmp_path / "ob", _mech(seed=3), ledger=False)
+    assert ra.output_parts == 4 and rb.output_parts == 3 and ra.records == rb.records == 12
+    assert [m.rows for m in ra.manifest] == [4, 0, 5, 3]
+    pd.testing.assert_frame_equal(read_parts_output(tmp_path / "oa"), read_parts_output(tmp_path / "ob"))
+    empty = sorted((tmp_path / "oa").glob(f"part-*.{fmt}"))[1]
+    with pytest.raises(EmptyInputError):
+        list(io.iter_table_chunks(empty))
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(empty)
+        assert schema.names == ["id", "text", "label"] and not schema.metadata  # nothing copied but the columns
+    elif fmt == "csv":
+        assert empty.read_text("utf-8").strip() == "id,text,label"
+
+
+def test_a_folder_whose_every_part_is_empty_is_refused(tmp_path):
+    from textdp.errors import EmptyInputError
+
+    src = _write_parts(tmp_path / "in", [0, 0], texts=[])
+    with pytest.raises(EmptyInputError, match="every part is empty"):
+        sanitize_parts(src, tmp_path / "out", _mech(), ledger=False)
+    assert not (tmp_path / "out").exists()

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from textdp._lazy import lazy_module
-from textdp.errors import InputError, OutputError, ParameterError, excerpt
+from textdp.errors import EmptyInputError, InputError, OutputError, ParameterError, excerpt
 
 pd = lazy_module("pandas")  # imported on first use: plain text is read and written without pandas
 
@@ -109,7 +109,7 @@ def _check_readable(path: Path) -> None:
                          "more than once: save it to a file first")
     try:
         if path.stat().st_size == 0:
-            raise InputError(f"input file {str(path)!r} is empty")
+            raise EmptyInputError(f"input file {str(path)!r} is empty")
         with open(path, "rb"):
             pass
     except OSError as exc:
@@ -344,7 +344,7 @@ class _TextColumn(list):
 def _finish_lines(lines: list[str], path: Path, text_column: str | None) -> tuple[TextLines, str]:
     """:func:`_finish` for plain-text lines (one column ``text`` of strings; NULs are refused by the reader)."""
     if not lines:
-        raise InputError(f"{path.name}: no rows to read")
+        raise EmptyInputError(f"{path.name}: no rows to read")
     col = text_column if text_column is not None else guess_text_column(["text"])
     if col != "text":
         raise InputError(f"{path.name}: no column {col!r} (columns: text); pass the right --text-column")
@@ -363,7 +363,7 @@ def _finish(df: pd.DataFrame, path: Path, text_column: str | None, nulls: str = 
     ``first_row``: rows before this chunk (messages name the row within the file).
     """
     if df.shape[0] == 0:
-        raise InputError(f"{path.name}: no rows to read")
+        raise EmptyInputError(f"{path.name}: no rows to read")
     col = text_column if text_column is not None else guess_text_column(list(df.columns))
     if col not in df.columns:
         raise InputError(
@@ -478,7 +478,7 @@ def read_table(
         elif fmt == "jsonl":
             objs, numbers = _read_jsonl(p, encoding)
             if not objs:
-                raise InputError(f"{p.name}: no rows to read")
+                raise EmptyInputError(f"{p.name}: no rows to read")
             return _jsonl_frame(objs, numbers, p, text_column)
         else:  # parquet
             df = pd.read_parquet(p)
@@ -617,7 +617,7 @@ def iter_table_chunks(
             raise
         raise InputError(f"{p.name}: cannot read as {fmt} ({type(exc).__name__}: {excerpt(str(exc), 100)})") from None
     if n == 0:
-        raise InputError(f"{p.name}: no rows to read")
+        raise EmptyInputError(f"{p.name}: no rows to read")
 
 
 def _iter_lines_chunks(p: Path, fmt: str, col: str | None, chunksize: int, encoding: str, nulls: str = "empty",
@@ -666,7 +666,7 @@ def _iter_lines_chunks(p: Path, fmt: str, col: str | None, chunksize: int, encod
         n += len(df)
         yield df, col
     if n == 0:
-        raise InputError(f"{p.name}: no rows to read")
+        raise EmptyInputError(f"{p.name}: no rows to read")
 
 
 # ----------------------------------------------------------------------------- inputs read more than once

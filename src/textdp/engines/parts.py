@@ -61,7 +61,7 @@ from typing import Any, Callable
 from textdp.data import io
 from textdp.data.parts import PartsInput, find_parts, manifest_identity
 from textdp.engines.base import Engine, LocalEngine, ReleasePlan, sanitize_records
-from textdp.errors import InputError, OutputError, ParameterError, TextDPError
+from textdp.errors import EmptyInputError, InputError, OutputError, ParameterError, TextDPError
 
 __all__ = ["sanitize_parts", "PartsResult", "PartInfo", "SUCCESS", "CARD_NAME", "part_name", "read_parts_output"]
 
@@ -186,6 +186,17 @@ def _read_part(task: _ReadTask) -> dict:
         mech = task.vocabulary.mechanism()
         mech._fitted = None  # a worker's cached mechanism: this task's counts only
     try:
+        try:
+            _first_chunk(task)
+        except EmptyInputError:  # a part without rows: passed through as an empty output part
+            if io.file_state(task.path) != before:
+                raise _changed(task.relative, "size, modification time or inode") from None
+            out = {"rows": 0, "size": int(before[0]), "sha256": sha, "text_column": None,
+                   "mtime_ns": int(before[1]), "row_groups": None}
+            if mech is not None:
+                none = np.zeros(0, dtype=np.int64)
+                out["vocabulary"] = (none, none, 0, 0, 0)
+            return out
         if task.fmt == "parquet" and mech is None:  # the row count is in the footer; check the column on one row
             import pyarrow.parquet as pq
 
@@ -219,6 +230,37 @@ def _read_part(task: _ReadTask) -> dict:
             mech._fitted = None
 
 
+def _first_chunk(task: _ReadTask) -> None:
+    """Read one row of the part (EmptyInputError when it has none; InputError when it is unreadable)."""
+    for _ in _chunks(task.path, task.text_column, 1):
+        break
+
+
+def _empty_part(task: _SanitizeTask, before) -> dict:
+    """The output part of an input part without rows: a fresh empty file of the same format with the same
+    columns (a Parquet schema without its key-value metadata, a CSV header line), nothing copied from the
+    input's bytes."""
+    src = Path(task.path)
+    with io.atomic_output(task.out_path) as tmp:
+        if task.fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(pq.read_schema(src).remove_metadata().empty_table(), tmp)
+        elif task.fmt == "csv":
+            import pandas as pd
+
+            try:
+                cols = list(pd.read_csv(src, nrows=0).columns)
+            except pd.errors.EmptyDataError:
+                cols = []
+            Path(tmp).write_text(pd.DataFrame(columns=cols).to_csv(index=False) if cols else "", "utf-8")
+        else:
+            Path(tmp).write_bytes(b"")
+        if io.file_state(task.path) != before or (task.check_hash and io.file_sha256(task.path) != task.sha256):
+            raise _changed(task.relative, "content")
+    return {"rows": 0, "stats": None, "other_columns": []}
+
+
 def _sanitize_part(task: _SanitizeTask) -> dict:
     """Sanitizing map: write output part ``task.out_path`` (temporary name, then rename)."""
     from textdp.data.io import ROW_KEYS, TextLines
@@ -226,6 +268,8 @@ def _sanitize_part(task: _SanitizeTask) -> dict:
     before = io.file_state(task.path)
     if before[0] != task.size or (task.mtime_ns is not None and before[1] != task.mtime_ns):
         raise _changed(task.relative, "size or modification time")
+    if task.rows == 0:
+        return _empty_part(task, before)
     stats = None
     n = 0
     other: list[str] = []
@@ -511,7 +555,10 @@ def sanitize_parts(
         infos = eng.map(_read_part, reads, description="reading the parts", progress=bar("reading"))
         cols = {}
         for r, info in zip(parts.relative, infos):
-            cols.setdefault(info["text_column"], r)
+            if info["text_column"] is not None:  # None: a part without rows
+                cols.setdefault(info["text_column"], r)
+        if not cols:
+            raise EmptyInputError(f"{parts.label}: no rows to read (every part is empty)")
         if len(cols) > 1:
             shown = ", ".join(f"{c!r} ({r})" for c, r in cols.items())
             raise InputError(f"the parts of {parts.label!r} have different text columns: {shown}; pass "
@@ -684,5 +731,10 @@ def read_parts_output(folder: str | os.PathLike, text_column: str | None = None)
     if not (d / SUCCESS).is_file():
         raise InputError(f"{str(d)!r} has no {SUCCESS} marker: the job did not finish; do not use its parts")
     names = sorted(p.name for p in d.iterdir() if _PART.match(p.name))
-    frames = [df for n in names for df, _ in io.iter_table_chunks(d / n, text_column=text_column, nulls="keep")]
+    frames = []
+    for n in names:
+        try:
+            frames += [df for df, _ in io.iter_table_chunks(d / n, text_column=text_column, nulls="keep")]
+        except EmptyInputError:  # an empty part (from an input part without rows)
+            continue
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
