@@ -107,3 +107,26 @@ def test_failure_log_shows_neither_the_key_nor_the_partition_and_workers_never_s
     # the cluster the engine started never writes task data to a worker's disk
     spill = dask_engine.client.run(lambda dask_worker: dask_worker.memory_manager.memory_spill_fraction)
     assert set(spill.values()) == {False}
+
+
+def _refuse_input(path):
+    with open(path, "a") as fh:  # one mark per attempt
+        fh.write("x")
+    from textdp.errors import InputError
+
+    raise InputError("part-00007.parquet: no column 'body-refused'")
+
+
+def test_bad_input_in_a_task_is_raised_once_neither_retried_nor_logged(dask_engine, tmp_path):
+    """A TextDPError (bad input, parameters) fails the same way on a retry: the task returns it, the driver
+    raises it (its own type), the task ran once and the worker logged no 'Compute Failed' for it."""
+    from textdp.errors import InputError
+
+    marks = tmp_path / "attempts"
+    with pytest.raises(InputError, match="no column 'body-refused'") as err:
+        dask_engine.map(_refuse_input, [str(marks)])
+    assert marks.read_text() == "x"
+    assert any("raised in a Dask task" in n for n in getattr(err.value, "__notes__", []))
+    logs = "\n".join(msg for recs in dask_engine.client.get_worker_logs().values() for _, msg in recs)
+    assert "body-refused" not in logs
+    assert dask_engine.map(abs, [-3]) == [3]  # the engine still runs jobs

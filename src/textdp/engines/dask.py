@@ -30,7 +30,7 @@ import uuid
 from typing import Any, Callable, Sequence
 
 from textdp.engines.base import Engine, check_cluster_address, check_workers
-from textdp.errors import MissingPackageError, ParameterError
+from textdp.errors import MissingPackageError, ParameterError, TextDPError
 
 __all__ = ["DaskEngine"]
 
@@ -69,6 +69,17 @@ class _Opaque:
         return (_Opaque, (self.value,))
 
 
+class _Refused:
+    """A task's TextDPError (bad input, parameters or output), returned as a value: Dask would retry a raised
+    one (it fails the same way again) and log it on the worker; the driver raises it (:meth:`DaskEngine.map`)."""
+
+    __slots__ = ("exc", "tb")
+
+    def __init__(self, exc: BaseException, tb: str):
+        self.exc = exc
+        self.tb = tb
+
+
 class _Call:
     """``fn`` as a Dask task function: unwraps the item, shows a safe repr and tokenizes as the
     job's random id (Dask never hashes the plan the function carries)."""
@@ -81,7 +92,12 @@ class _Call:
         self.token = token
 
     def __call__(self, item: _Opaque):
-        return self.fn(item.value)
+        try:
+            return self.fn(item.value)
+        except TextDPError as exc:  # bad input or parameters: the same on a retry, so returned, not raised
+            import traceback
+
+            return _Refused(exc, traceback.format_exc())
 
     def __repr__(self) -> str:
         return f"textdp-task({self.name})"
@@ -212,8 +228,13 @@ class DaskEngine(Engine):
         try:
             for fut in as_completed(futures, loop=client.loop):
                 # raises the task's own exception (after its retries) when it failed for good
-                out[index[fut.key]] = fut.result()
+                r = fut.result()
                 fut.release()
+                if isinstance(r, _Refused):
+                    if hasattr(r.exc, "add_note"):
+                        r.exc.add_note("raised in a Dask task; the worker's traceback:\n" + r.tb)
+                    raise r.exc
+                out[index[fut.key]] = r
                 if progress is not None:
                     progress(1)
         except BaseException:
