@@ -268,6 +268,13 @@ def test_cli_bad_parameters_one_line_nothing_written(args, needle, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_cli_max_len_beyond_the_model_positions_is_one_line(tiny_bert):
+    r = runner.invoke(app, ["audit", "dpsgd", "--max-examples", "120", "--canaries", "40", "--batch-size", "16",
+                            "--max-len", "65", "--model", str(tiny_bert)])
+    assert r.exit_code == 2 and "max_len 65 is more than the 64 positions" in r.output, r.output
+    assert len([ln for ln in r.output.strip().splitlines() if ln.strip()]) == 1
+
+
 def test_cli_hash_bits_refused_for_a_transformer(tiny_bert, tmp_path):
     r = runner.invoke(app, ["audit", "dpsgd", "--model", str(tiny_bert), "--hash-bits", "10"])
     assert r.exit_code == 2 and "--hash-bits applies to the bag-of-words model" in r.output, r.output

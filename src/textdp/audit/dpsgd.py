@@ -620,6 +620,9 @@ def _run_transformer(name, labels, texts, train_y, can, inc_idx, test_texts, y_t
 
     clf = load_classifier(name, labels, rng=g_noise, pooling="auto")
     net = clf.model
+    n_pos = getattr(net.config, "max_position_embeddings", None)
+    if isinstance(n_pos, int) and max_len > n_pos:
+        raise ParameterError(f"max_len {max_len} is more than the {n_pos} positions of model {str(name)!r}")
     dev = place(net, dev_name)
     for p in net.parameters():
         p.requires_grad_(True)
@@ -689,7 +692,7 @@ def _run_transformer(name, labels, texts, train_y, can, inc_idx, test_texts, y_t
     n_tr = sum(p.numel() for _, p in trainable)
     cfg = net.config
     what = "all layers" + (" except the word embeddings (frozen)" if freeze_embeddings else "")
-    desc = (f"{type(net).__name__} from {clf.source} ({getattr(cfg, 'num_hidden_layers', '?')} layers, hidden "
+    desc = (f"{type(net).__name__} from {name} ({getattr(cfg, 'num_hidden_layers', '?')} layers, hidden "
             f"{getattr(cfg, 'hidden_size', '?')}, {n_all:,} parameters, {n_tr:,} fine-tuned: {what}; "
             f"{clf.pooling} pooling; max {max_len} WordPieces; {describe_device(dev_name)})")
     return scores, acc, desc, {"optimizer": "Adam", "trainable_parameters": int(n_tr),
