@@ -63,7 +63,7 @@ def test_pandas_dataframe_keeps_columns_index_order_and_nulls(reference, how, tm
     assert out["text"].dtype == df["text"].dtype
     assert _values(df["text"]) == TEXTS  # the input is not modified
     assert card["ledger"] == LEDGER_UNIDENTIFIED and card["data"]["frame"] == "pandas.DataFrame"
-    assert any("(id, label) are released unchanged" in w for w in card["warnings"])
+    assert any("(id, label, (the index)) are released unchanged" in w for w in card["warnings"])  # not 0..n-1
     # recorded once, in the ledger of unidentified releases: a reservation closed by the release
     entries = _entries(tmp_path)
     assert [e["type"] for e in entries] == ["reservation", "release"]
@@ -271,3 +271,14 @@ def test_a_textdp_error_raised_in_a_spark_task_comes_back_as_itself():
         job._action(lambda: fail(wrapped))
     with pytest.raises(RuntimeError, match="executor lost"):
         job._action(lambda: fail("executor lost"))
+
+
+def test_pandas_attrs_are_not_released_and_a_default_index_is_not_named(tmp_path):
+    df = _frame().reset_index(drop=True)
+    df.attrs = {"owner": "alice@example.com"}
+    out, card = sanitize_frame(df, _mech(), ledger=False)
+    assert out.attrs == {} and out["text"].attrs == {} and df.attrs == {"owner": "alice@example.com"}
+    assert any("(id, label) are released unchanged" in w for w in card["warnings"])
+    named = df.set_index(pd.Index([f"p{i}@x.org" for i in range(len(df))], name="email"))
+    _, card = sanitize_frame(named, _mech(), ledger=False)
+    assert any("(id, label, (the index email)) are released unchanged" in w for w in card["warnings"])

@@ -392,7 +392,7 @@ def test_a_parquet_part_split_by_row_group_gives_the_same_texts(tmp_path):
         assert read_parts_output(out).equals(expected)
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "tsv", "jsonl"])
 def test_a_part_without_rows_passes_through_as_an_empty_part(tmp_path, fmt):
     """An input part without rows (a Spark job's empty partition) gives an empty output part of the same
     format and columns, and shifts no record index: the seeded release equals the one without that part."""
@@ -413,8 +413,8 @@ def test_a_part_without_rows_passes_through_as_an_empty_part(tmp_path, fmt):
 
         schema = pq.read_schema(empty)
         assert schema.names == ["id", "text", "label"] and not schema.metadata  # nothing copied but the columns
-    elif fmt == "csv":
-        assert empty.read_text("utf-8").strip() == "id,text,label"
+    elif fmt in ("csv", "tsv"):
+        assert empty.read_text("utf-8").strip() == ("id,text,label" if fmt == "csv" else "id\ttext\tlabel")
 
 
 def test_a_folder_whose_every_part_is_empty_is_refused(tmp_path):
@@ -424,3 +424,38 @@ def test_a_folder_whose_every_part_is_empty_is_refused(tmp_path):
     with pytest.raises(EmptyInputError, match="every part is empty"):
         sanitize_parts(src, tmp_path / "out", _mech(), ledger=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_part_without_the_text_column_is_refused_and_its_metadata_is_not_copied(tmp_path):
+    """An empty part is checked like the others (its columns must include the text column), and its output
+    keeps only column names and types: no schema or field metadata of the input."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = _write_parts(tmp_path / "in", [4, 8])
+    pq.write_table(pa.table({"ssn": pa.array([], pa.string())}), src / "in-000b.parquet")
+    with pytest.raises(InputError, match="in-000b.parquet: no column 'text'"):
+        sanitize_parts(src, tmp_path / "out", _mech(), ledger=False)
+    assert not (tmp_path / "out").exists()
+    (src / "in-000b.parquet").unlink()
+    field = pa.field("text", pa.string(), metadata={"note": "alice@example.com"})
+    schema = pa.schema([field, pa.field("id", pa.int64()), pa.field("label", pa.string())],
+                       metadata={"owner": "alice@example.com"})
+    pq.write_table(schema.empty_table(), src / "in-000b.parquet")
+    r = sanitize_parts(src, tmp_path / "out", _mech(), ledger=False)
+    out = pq.read_schema(tmp_path / "out" / "part-00001.parquet")
+    assert out.names == ["text", "id", "label"] and not out.metadata
+    assert all(not f.metadata for f in out)
+    assert set(r.other_columns) == {"id", "label"}
+
+
+def test_parquet_outputs_carry_no_pandas_attrs_of_the_input(tmp_path):
+    import pyarrow.parquet as pq
+
+    df = _frame()
+    df.attrs = {"owner": "alice@example.com"}
+    (tmp_path / "in").mkdir()
+    df.to_parquet(tmp_path / "in" / "a.parquet")
+    sanitize_parts(tmp_path / "in", tmp_path / "out", _mech(), ledger=False)
+    md = pq.read_schema(tmp_path / "out" / "part-00000.parquet").metadata or {}
+    assert not any(b"alice" in v for v in md.values())

@@ -1124,10 +1124,21 @@ def write_table(
     fmt = detect_format(out, fmt)
     with atomic_output(out) as tmp:
         if fmt == "parquet":
-            df.drop(columns=[ROW_KEYS], errors="ignore").to_parquet(tmp, index=False)
+            _without_attrs(df.drop(columns=[ROW_KEYS], errors="ignore")).to_parquet(tmp, index=False)
         else:
             _write_frame(df, tmp, fmt, text_column)
     return out
+
+
+def _without_attrs(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (a copy the caller owns) with no pandas ``attrs``, on the frame or on its columns: pyarrow stores
+    them in the Parquet file's metadata, and an input's attrs (an owner, a source, a note) are not part of the
+    release."""
+    df.attrs = {}
+    for c in df.columns:
+        if df[c].attrs:
+            df[c].attrs = {}
+    return df
 
 
 class TableWriter:
@@ -1160,7 +1171,8 @@ class TableWriter:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            table = pa.Table.from_pandas(df.drop(columns=[ROW_KEYS], errors="ignore"), preserve_index=False)
+            table = pa.Table.from_pandas(_without_attrs(df.drop(columns=[ROW_KEYS], errors="ignore")),
+                                         preserve_index=False)
             if self._pq is None:
                 self._pq = pq.ParquetWriter(self._tmp, table.schema)
             self._pq.write_table(table.cast(self._pq.schema))

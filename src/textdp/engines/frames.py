@@ -421,6 +421,12 @@ class _PandasJob(_Job):
             self.column = _pick_column(data.columns, column, "DataFrame")
             self.series = data[self.column]
             self.other_columns = [str(c) for c in data.columns if c != self.column]
+        idx = data.index
+        if not (isinstance(idx, pd.RangeIndex) and idx.start == 0 and idx.step == 1 and idx.name is None):
+            # kept as it is, like the other columns: outside the guarantee, so named in the warning
+            self.other_columns = list(self.other_columns) + [
+                "(the index" + (f" {', '.join(map(str, idx.names))}" if any(n is not None for n in idx.names)
+                                else "") + ")"]
         _check_pandas_dtype(self.series.dtype, self.column)
         # checked here, before the budget is reserved (the values are in memory anyway)
         self.values = _texts(self.series.tolist(), self.column, 0)
@@ -443,10 +449,15 @@ class _PandasJob(_Job):
         s = self.series
         dtype = s.dtype if isinstance(s.dtype, pd.StringDtype) else object
         new = pd.Series(released, index=s.index, name=s.name, dtype=dtype)
+        new.attrs = {}  # the input's pandas attrs (metadata such as an owner or a source) are not released
         if isinstance(self.data, pd.Series):
             return new
         out = self.data.copy(deep=False)
+        out.attrs = {}
         out[self.column] = new
+        for c in out.columns:
+            if out[c].attrs:
+                out[c].attrs = {}
         return out
 
 

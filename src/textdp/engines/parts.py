@@ -192,7 +192,7 @@ def _read_part(task: _ReadTask) -> dict:
             if io.file_state(task.path) != before:
                 raise _changed(task.relative, "size, modification time or inode") from None
             out = {"rows": 0, "size": int(before[0]), "sha256": sha, "text_column": None,
-                   "mtime_ns": int(before[1]), "row_groups": None}
+                   "mtime_ns": int(before[1]), "row_groups": None, "columns": _empty_columns(task.path, task.fmt)}
             if mech is not None:
                 none = np.zeros(0, dtype=np.int64)
                 out["vocabulary"] = (none, none, 0, 0, 0)
@@ -236,29 +236,48 @@ def _first_chunk(task: _ReadTask) -> None:
         break
 
 
+def _empty_columns(path, fmt: str) -> list[str] | None:
+    """The column names of a part without rows (Parquet: its schema; CSV/TSV: its header line), or None when
+    the format has none to read (JSON Lines, plain text, an empty file)."""
+    src = Path(path)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return [str(n) for n in pq.read_schema(src).names]
+    if fmt in ("csv", "tsv"):
+        import pandas as pd
+
+        try:
+            return [str(c) for c in pd.read_csv(src, nrows=0, sep="\t" if fmt == "tsv" else ",").columns]
+        except (pd.errors.EmptyDataError, ValueError, OSError):
+            return None
+    return None
+
+
 def _empty_part(task: _SanitizeTask, before) -> dict:
     """The output part of an input part without rows: a fresh empty file of the same format with the same
     columns (a Parquet schema without its key-value metadata, a CSV header line), nothing copied from the
     input's bytes."""
     src = Path(task.path)
+    cols = _empty_columns(src, task.fmt) or []
     with io.atomic_output(task.out_path) as tmp:
         if task.fmt == "parquet":
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            pq.write_table(pq.read_schema(src).remove_metadata().empty_table(), tmp)
-        elif task.fmt == "csv":
+            # names and types only: no schema or field metadata of the input (pandas attrs, field notes)
+            schema = pa.schema([pa.field(f.name, f.type, f.nullable) for f in pq.read_schema(src)])
+            pq.write_table(schema.empty_table(), tmp)
+        elif task.fmt in ("csv", "tsv"):
             import pandas as pd
 
-            try:
-                cols = list(pd.read_csv(src, nrows=0).columns)
-            except pd.errors.EmptyDataError:
-                cols = []
-            Path(tmp).write_text(pd.DataFrame(columns=cols).to_csv(index=False) if cols else "", "utf-8")
+            sep = "\t" if task.fmt == "tsv" else ","
+            Path(tmp).write_text(pd.DataFrame(columns=cols).to_csv(index=False, sep=sep) if cols else "", "utf-8")
         else:
             Path(tmp).write_bytes(b"")
         if io.file_state(task.path) != before or (task.check_hash and io.file_sha256(task.path) != task.sha256):
             raise _changed(task.relative, "content")
-    return {"rows": 0, "stats": None, "other_columns": []}
+    return {"rows": 0, "stats": None, "other_columns": [c for c in cols if c != task.text_column]}
 
 
 def _sanitize_part(task: _SanitizeTask) -> dict:
@@ -564,6 +583,11 @@ def sanitize_parts(
             raise InputError(f"the parts of {parts.label!r} have different text columns: {shown}; pass "
                              "--text-column (text_column=) naming the column every part has")
         col = next(iter(cols))
+        for r, info in zip(parts.relative, infos):  # a part without rows must still have the text column
+            have = info.get("columns") if info["text_column"] is None else None
+            if have is not None and col not in have:
+                raise InputError(f"{r}: no column {col!r} (columns: {', '.join(have[:10]) or 'none'}); every part "
+                                 "must have the text column, an empty one too")
         manifest, offset = [], 0
         for r, info in zip(parts.relative, infos):
             manifest.append(PartInfo(r, info["rows"], info["size"], info["sha256"], offset))
