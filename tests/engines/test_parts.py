@@ -459,3 +459,28 @@ def test_parquet_outputs_carry_no_pandas_attrs_of_the_input(tmp_path):
     sanitize_parts(tmp_path / "in", tmp_path / "out", _mech(), ledger=False)
     md = pq.read_schema(tmp_path / "out" / "part-00000.parquet").metadata or {}
     assert not any(b"alice" in v for v in md.values())
+
+
+def test_a_folder_left_by_a_killed_job_is_replaced_with_overwrite(tmp_path, monkeypatch):
+    """A job killed mid-way (no cleanup ran: simulated by a failing task and no deletion) leaves parts without
+    _SUCCESS; the folder carries textdp's marker from the start, so a rerun with --overwrite replaces it."""
+    src = _write_parts(tmp_path / "in", [4, 5, 3])
+    out = tmp_path / "out"
+    real = P.sanitize_records
+
+    def boom(plan, texts, first_record):
+        if first_record >= 4:
+            raise RuntimeError("killed")
+        return real(plan, texts, first_record)
+
+    monkeypatch.setattr(P, "sanitize_records", boom)
+    monkeypatch.setattr(P, "_remove_release", lambda *a, **k: [])  # the process died: nothing was cleaned up
+    with pytest.raises(RuntimeError):
+        sanitize_parts(src, out, _mech(), ledger=False)
+    monkeypatch.undo()
+    assert (out / io.OUTPUT_MARKER).exists() and not (out / SUCCESS).exists()
+    assert (out / "part-00000.parquet").exists()
+    with pytest.raises(OutputError, match="--overwrite"):
+        sanitize_parts(src, out, _mech(), ledger=False)
+    r = sanitize_parts(src, out, _mech(), ledger=False, overwrite=True)
+    assert (out / SUCCESS).exists() and r.records == 12 and len(list(out.glob("part-*"))) == 3

@@ -640,6 +640,9 @@ def _release(parts, manifest, planned, infos, identity, col, out, mech, eng, led
                 os.chmod(job_dir, 0o777 & ~io._umask())
             else:
                 created = io.make_missing_folders(out)
+                # marked as textdp's from the start (deleted with the parts if the job fails): a folder left by
+                # a killed job (parts, no _SUCCESS) is then recognised and replaced by a rerun with --overwrite
+                _write_json(out / io.OUTPUT_MARKER, _marker())
         except OSError as exc:
             raise OutputError(io.describe_os_error(exc, out, "write")) from None
         # ---- 3. the sanitizing map: one key, sent inside each task
@@ -669,10 +672,7 @@ def _release(parts, manifest, planned, infos, identity, col, out, mech, eng, led
         # ---- 4. commit: card, marker, _SUCCESS last
         card = _parts_card(mech, out, other, eng, fields)
         _write_json(job_dir / CARD_NAME, card)
-        from textdp import __version__
-
-        _write_json(job_dir / io.OUTPUT_MARKER, {"format": "textdp-output", "kind": OUTPUT_KIND,
-                                                  "textdp_version": __version__})
+        _write_json(job_dir / io.OUTPUT_MARKER, _marker())
         with io.atomic_output(job_dir / SUCCESS) as tmp:
             Path(tmp).write_bytes(b"")
         if staging:
@@ -719,6 +719,12 @@ def _release(parts, manifest, planned, infos, identity, col, out, mech, eng, led
 def _one_line(exc: BaseException) -> str:
     s = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {s[0][:200]}" if s else type(exc).__name__
+
+
+def _marker() -> dict:
+    from textdp import __version__
+
+    return {"format": "textdp-output", "kind": OUTPUT_KIND, "textdp_version": __version__}
 
 
 def _swap(job_dir: Path, out: Path, overwrite: bool, parts: PartsInput) -> Path | None:
