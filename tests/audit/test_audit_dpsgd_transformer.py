@@ -286,3 +286,25 @@ def test_cli_cuda_without_a_device_is_one_line(tiny_bert):
     r = runner.invoke(app, ["audit", "dpsgd", "--model", str(tiny_bert), "--device", "cuda"])
     assert r.exit_code == 2 and "sees no CUDA device" in r.output, r.output
     assert len([ln for ln in r.output.strip().splitlines() if ln.strip()]) == 1
+
+
+def test_bag_of_words_gradient_threat_line_follows_the_canary_kind():
+    """Mislabelled canaries share hashed rows with the training examples: the white-box line must not claim
+    that the final parameters equal observing every step (it does for random-token canaries' own rows)."""
+    from textdp.audit.dpsgd import MISLABELLED_BOW_GRADIENT, THREAT_MODELS
+
+    kw = dict(max_examples=200, batch_size=32, epochs=1.0, fdp=False, seed=3, score="gradient")
+    mis = audit_dpsgd(2.0, 1e-5, 40, canary_kind="mislabelled", **kw)
+    assert mis.threat_model == MISLABELLED_BOW_GRADIENT and "every step" not in mis.threat_model
+    rnd = audit_dpsgd(2.0, 1e-5, 40, canary_kind="random-tokens", **kw)
+    assert rnd.threat_model == THREAT_MODELS["gradient"]
+
+
+def test_unseeded_audit_says_its_generator_is_a_simulation_one():
+    r = runner.invoke(app, ["audit", "dpsgd", "--max-examples", "200", "--batch-size", "32", "--canaries", "20", "--epochs", "1", "-e", "2",
+                            "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    note = json.loads(r.stdout)["seed_note"]
+    assert "not a CSPRNG" in note and "randomness from the OS's CSPRNG" not in note

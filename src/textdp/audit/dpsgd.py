@@ -101,6 +101,10 @@ THREAT_MODELS = {
                 "the sum of every step's noisy gradient, so this equals observing all steps)",
     "loss": "black box: the final model is queried with each canary sentence (its loss)",
 }
+#: the bag-of-words gradient score with mislabelled canaries: they share hashed rows with the training examples, so
+#: the final parameters are not the sum of each canary's own noisy gradients
+MISLABELLED_BOW_GRADIENT = ("white box: the final model's parameters are read (mislabelled canaries share hashed rows "
+                            "with other examples, so the final model only, not the intermediate steps)")
 TRANSFORMER_THREAT_MODELS = {
     "gradient": "white box: the parameters at the start and at the end are read (the alignment of the model's change "
                 "with each canary's gradient at the start; the final model only, not the intermediate steps)",
@@ -510,6 +514,8 @@ def audit_dpsgd(
     audit = one_run_audit(scores, included, beta=beta, delta=delta, guess_counts=guess_counts, fdp=fdp)
     t_audit = time.perf_counter() - t1
     threat = THREAT_MODELS[score] if bow else TRANSFORMER_THREAT_MODELS[score]
+    if bow and score == "gradient" and can.kind == "mislabelled":
+        threat = MISLABELLED_BOW_GRADIENT
     return DPSGDAudit(
         dataset=ds.name, model=desc, canaries=m, included=int(included.sum()), train_examples=n,
         epsilon_target=epsilon, claimed_epsilon=claimed, delta=delta, sigma=sigma, sigma_used=sigma_used,

@@ -177,8 +177,9 @@ def parse_floats(text: str, option: str) -> list[float]:
 
 
 # Option factories shared by every command (same names and help everywhere).
-def opt_seed():
-    return typer.Option(None, "--seed", help="Seed for a reproducible research run (recorded in the card; not for release). Default: cryptographically secure randomness.")
+def opt_seed(help_text: str | None = None):
+    return typer.Option(None, "--seed", help=help_text or "Seed for a reproducible research run (recorded in the card; "
+                        "not for release). Default: cryptographically secure randomness.")
 
 
 def opt_output(help_text: str = "Output path."):
@@ -189,10 +190,10 @@ def opt_overwrite():
     return typer.Option(False, "--overwrite", help="Replace an existing output.")
 
 
-def opt_quiet():
-    return typer.Option(False, "--quiet", "-q", help="No progress bars (stderr), notes or summary (stdout); errors and "
-                        "warnings about the privacy budget are still printed on stderr, and --json still prints its "
-                        "summary on stdout.")
+def opt_quiet(help_text: str | None = None):
+    return typer.Option(False, "--quiet", "-q", help=help_text or "No progress bars (stderr), notes or summary (stdout); "
+                        "errors and warnings about the privacy budget are still printed on stderr, and --json still "
+                        "prints its summary on stdout.")
 
 
 def opt_json():

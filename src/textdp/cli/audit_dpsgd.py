@@ -116,8 +116,11 @@ def register(app: typer.Typer) -> None:
                                               "alpha/8)."),
         no_fdp: bool = typer.Option(False, "--no-fdp", help="Skip the f-DP refinement (Mahloujifar et al. 2024)."),
         fail_on_violation: bool = typer.Option(False, "--fail-on-violation", help="Exit with status 3 when flagged (for CI)."),
-        seed: Optional[int] = opt_seed(),
-        quiet: bool = opt_quiet(),
+        seed: Optional[int] = opt_seed("Seed of the audit's simulation (canaries, coins, training noise): a "
+                                       "reproducible research run. Default: a fresh seed from the OS (the audit "
+                                       "releases nothing; its generator is a simulation one, not a CSPRNG)."),
+        quiet: bool = opt_quiet("No progress bars (stderr) or summary (stdout); errors are still printed on stderr, "
+                                "and --json still prints its summary on stdout."),
         json_out: bool = opt_json(),
     ):
         """One-run audit of DP-SGD (Steinke, Nasr & Jagielski 2023): m canaries, each included by a fair
@@ -154,7 +157,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             d = res.to_dict()
             d["seed_note"] = ("seeded: a reproducible research run, not for release" if seed is not None
-                              else "fresh randomness from the OS's CSPRNG")
+                              else "a fresh seed from the OS for the audit's simulation generator (not a CSPRNG; the audit releases nothing)")
             print_json(d)
         else:
             _print(res, alpha, seed)
