@@ -484,3 +484,15 @@ def test_a_folder_left_by_a_killed_job_is_replaced_with_overwrite(tmp_path, monk
         sanitize_parts(src, out, _mech(), ledger=False)
     r = sanitize_parts(src, out, _mech(), ledger=False, overwrite=True)
     assert (out / SUCCESS).exists() and r.records == 12 and len(list(out.glob("part-*"))) == 3
+
+
+def test_a_stored_pandas_index_stays_a_column_and_is_named(tmp_path):
+    """A Parquet file written by pandas with an index stores it as columns: they are data, so they are kept
+    (as columns) and named among the columns released unchanged, not silently dropped."""
+    df = _frame().set_index(pd.Index([f"p{i}@x.org" for i in range(len(TEXTS))], name="email"))
+    (tmp_path / "in").mkdir()
+    df.to_parquet(tmp_path / "in" / "a.parquet")
+    r = sanitize_parts(tmp_path / "in", tmp_path / "out", _mech(), ledger=False)
+    out = read_parts_output(tmp_path / "out")
+    assert "email" in out.columns and out["email"].tolist() == list(df.index)
+    assert "email" in r.other_columns

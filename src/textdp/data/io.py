@@ -481,7 +481,9 @@ def read_table(
                 raise EmptyInputError(f"{p.name}: no rows to read")
             return _jsonl_frame(objs, numbers, p, text_column)
         else:  # parquet
-            df = pd.read_parquet(p)
+            import pyarrow.parquet as pq
+
+            df = pq.read_table(p).to_pandas(ignore_metadata=True)  # every stored column, an index's too
     except UnicodeDecodeError:
         raise _decode_error(p, encoding) from None
     except pd.errors.EmptyDataError:
@@ -580,7 +582,9 @@ def iter_table_chunks(
 
             pf = pq.ParquetFile(p)
             for batch in pf.iter_batches(batch_size=chunksize):
-                df, col = _finish(batch.to_pandas(), p, col, nulls, first_row=n)
+                # ignore_metadata: every stored column stays a column (pandas would make a stored index the
+                # frame's index, which the writer then drops): it is released, as other columns are, and named
+                df, col = _finish(batch.to_pandas(ignore_metadata=True), p, col, nulls, first_row=n)
                 n += len(df)
                 yield df, col
         elif fmt in ("csv", "tsv"):

@@ -330,7 +330,7 @@ def _row_group_chunks(path: str, text_column: str, chunk_size: int, start: int, 
         for batch in pf.iter_batches(batch_size=chunk_size, row_groups=list(range(start, stop))):
             if batch.num_rows == 0:
                 continue
-            df, col = io._finish(batch.to_pandas(), p, text_column, "keep", first_row=n)
+            df, col = io._finish(batch.to_pandas(ignore_metadata=True), p, text_column, "keep", first_row=n)
             n += len(df)
             yield df, col
     except (OSError, ValueError) as exc:
