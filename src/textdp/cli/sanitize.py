@@ -453,6 +453,7 @@ def _sanitize_parts_command(input, output, mech_name, embeddings, epsilon, kwarg
         "worst_case_epsilon_per_token": getattr(mech.guarantee, "worst_case_epsilon", None),
         "output_vocabulary": mech.output_vocabulary_info(),
         "engine": r.engine, "parts": r.parts, "tasks": r.output_parts,
+        "sampler_threads": int(getattr(mech, "workers", 1) or 1),
         "private": {
             "note": "exact statistics of the private input: not in the card; do not publish",
             "documents": stats.documents, "tokens": stats.tokens,
@@ -690,7 +691,10 @@ def _print_summary(s: dict, seed) -> None:
     if "engine" in s:  # a folder of parts
         e = s["engine"]
         tasks = s.get("tasks", s["parts"])
-        t.add_row("engine", esc(f"{e['engine']} ({e['workers']} worker{'s' if e['workers'] != 1 else ''}), "
+        threads = s.get("sampler_threads") or 1
+        who = (f"1 part at a time, {threads} sampler thread{'s' if threads != 1 else ''}" if e["engine"] == "local"
+               else f"{e['workers']} worker{'s' if e['workers'] != 1 else ''}")
+        t.add_row("engine", esc(f"{e['engine']} ({who}), "
                                 f"{s['parts']:,} part{'s' if s['parts'] != 1 else ''} in "
                                 f"{tasks:,} task{'s' if tasks != 1 else ''}"))
     t.add_row("output", esc(str(s["output"])))
