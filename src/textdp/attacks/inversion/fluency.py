@@ -44,7 +44,7 @@ from textdp.errors import InputError, ParameterError
 __all__ = ["NgramFluencyScorer", "SCORER_NAME", "words"]
 
 #: the scorer's name in reports ("fluency (scorer: NAME)")
-SCORER_NAME = "word-3gram-KN (public split)"
+SCORER_NAME = "public-word-3gram-KN"
 _WORD = re.compile(r"\w+|[^\w\s]")
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 
