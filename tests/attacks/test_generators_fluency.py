@@ -384,3 +384,25 @@ def test_fluency_scorer_is_a_distribution_and_normalises_case_and_spacing(scorer
     nll_made, _ = sc.text_nll("a great zqxvtw")
     assert nll_made > nll_seen + 5
     assert sc.name and "KN" in sc.name
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_finetune_options_checked_before_any_work(tmp_path, monkeypatch, gemma_dir):
+    from typer.testing import CliRunner
+
+    import textdp.attacks.inversion as inversion
+    from textdp.cli.main import app
+
+    def no_work(*a, **k):
+        raise AssertionError("work started before the options were checked")
+
+    monkeypatch.setattr(inversion, "run_inversion", no_work)
+    base = ["attack", "invert", "--preset", "tiny", "--output", str(tmp_path / "out"), "-q"]
+    for extra, msg in ([["--generator", "scratch-large", "--finetune", "lora"], "--finetune fine-tunes a pretrained"],
+                       [["--finetune-steps", "5"], "--finetune-steps fine-tunes a pretrained"],
+                       [["--generator", str(gemma_dir), "--finetune", "qlora"], "--finetune must be lora, full or none"],
+                       [["--generator", str(gemma_dir), "--finetune-steps", "0"], "--finetune-steps must be >= 1"]):
+        r = CliRunner().invoke(app, base + extra)
+        assert r.exit_code == 2, r.output
+        assert len(r.output.strip().splitlines()) == 1 and msg in r.output, r.output
+    assert not (tmp_path / "out").exists()

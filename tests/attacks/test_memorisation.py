@@ -149,6 +149,9 @@ def test_memorising_preset():
     assert c.target_model == "minilm" and c.target_layers is None  # every MiniLM layer, none cut
     assert c.max_private is not None and c.max_private < 2049  # smaller private split than the cpu preset
     assert c.target_epochs > cpu.target_epochs
+    # no regulariser, no label noise: memorisation comes from the recipe, canaries are added apart
+    assert c.target_dropout == 0.0 and c.target_weight_decay == 0.0
+    assert c.canaries >= 24 and 2 * c.canaries <= c.canary_pool ** c.canary_secret_len
     assert (c.gen_d_model, c.n_templates, c.pplm) == (cpu.gen_d_model, cpu.n_templates, cpu.pplm)
 
 

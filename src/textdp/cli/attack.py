@@ -31,7 +31,9 @@ def invert(
     seeds: int = typer.Option(3, "--seeds", help="Number of attack seeds (seed, seed+1, ...); results are mean ± std over them."),
     target: Optional[str] = typer.Option(None, "--target", help="Target encoder: minilm (default, offline), a local model folder, or an explicit hub name."),
     target_layers: Optional[int] = typer.Option(None, "--target-layers", help="Keep only the first k encoder layers of the target."),
-    generator: str = typer.Option("scratch", "--generator", help="Generator: 'scratch' (causal LM trained on the public split with the target's WordPiece vocabulary), a local folder with a pretrained causal LM + tokenizer (e.g. GPT-2), or a hub name such as gpt2 already in the local Hugging Face cache (BPE->WordPiece alignment; nothing is downloaded)."),
+    generator: str = typer.Option("scratch", "--generator", help="Generator: 'scratch' (causal LM trained on the public split with the target's WordPiece vocabulary; 3 layers, d 128 in the cpu preset), 'scratch-large' (4 layers, d 256, 16k WordPieces, 5 epochs), 'gemma' (the offline Gemma 3 270M), a local folder with a pretrained causal LM + tokenizer (e.g. GPT-2) or a .gguf file, or a hub name such as gpt2 already in the local Hugging Face cache. A pretrained one is LoRA-fine-tuned on the public split first (saved once under the textdp cache; BPE->WordPiece alignment; nothing is downloaded)."),
+    finetune: Optional[str] = typer.Option(None, "--finetune", help="A pretrained --generator's fine-tuning on the public split before the attack: lora (default), full or none."),
+    finetune_steps: Optional[int] = typer.Option(None, "--finetune-steps", help="Optimiser steps of that fine-tuning (default 200, batch 8 rows of <= 48 tokens)."),
     templates: Optional[int] = typer.Option(None, "--templates", help="Number of templates (texts per label per method)."),
     stepsize: Optional[float] = typer.Option(None, "--stepsize", help="TR step size alpha."),
     num_iterations: Optional[int] = typer.Option(None, "--num-iterations", help="TR gradient steps per generated token."),
@@ -83,15 +85,19 @@ def invert(
     if "tr" not in methods:
         refuse_unused(ctx, f"is a Text Revealer (tr) setting; --method {method} runs no tr",
                       "stepsize", "num_iterations", "window_length", "kl_scale", "gm_scale")
-    if generator != "scratch":
+    if generator in ("scratch", "scratch-large"):
+        refuse_unused(ctx, f"fine-tunes a pretrained generator; --generator {generator} is trained from scratch",
+                      "finetune", "finetune_steps")
+    else:
         from textdp.attacks.inversion.gpt2_generator import resolve_generator
 
-        resolve_generator(generator)  # offline check: a local folder, or a hub name already in the local HF cache
+        resolve_generator(generator)  # offline check: a local folder or .gguf file, gemma, or a hub name in the HF cache
     long_texts = dataset.strip().lower() in ("drug-reviews", "20newsgroups", "reuters-r8", "bbc-news")
     cfg = preset_config(preset, long_texts=long_texts)
     over = dict(target_model=target, n_templates=templates, dp_epsilon=dp_epsilon, santext_epsilon=santext_epsilon,
                 pplm_stepsize=stepsize, pplm_num_iterations=num_iterations, pplm_window_length=window_length,
-                pplm_kl_scale=kl_scale, pplm_gm_scale=gm_scale, gen_length=gen_length, generator=generator)
+                pplm_kl_scale=kl_scale, pplm_gm_scale=gm_scale, gen_length=gen_length, generator=generator,
+                gen_finetune=None if finetune is None else finetune.strip().lower(), gen_finetune_steps=finetune_steps)
     if target_layers is not None:
         over["target_layers"] = target_layers
     if target is not None and target.lower() != "tiny" and cfg.target_model == "tiny":
@@ -100,6 +106,10 @@ def invert(
     if gen_length is not None:
         cfg = cfg.with_overrides(gen_length_cap=gen_length)
     cfg.validate()  # every numeric knob: finite, sensible sign, before any work
+    if cfg.gen_finetune not in ("none", "lora", "full"):
+        raise ParameterError(f"--finetune must be lora, full or none, got {cfg.gen_finetune!r}")
+    if int(cfg.gen_finetune_steps) < 1:
+        raise ParameterError(f"--finetune-steps must be >= 1, got {cfg.gen_finetune_steps}")
     from textdp.attacks.inversion.pipeline import DEFENCES
 
     if defence.strip().lower() not in DEFENCES:

@@ -18,15 +18,22 @@ Presets (``preset_config(name)``):
 * ``tiny`` — a plumbing check in well under a minute: small random BERT target
   and tiny generator on a few hundred texts, 4 templates, 8 tokens.
 * ``memorising`` — the ``cpu`` preset with a target that memorises (issue 18):
-  ALL 6 layers of the packaged MiniLM (embeddings included) fine-tuned for 10
-  epochs (AdamW 1e-4, batch 16) on a smaller private split of 400 texts (200
-  per label for a two-label dataset), so that its training accuracy reaches
-  about 1.0 with a clear gap to held-out accuracy. How much it memorises is
-  measured, not assumed: :mod:`textdp.attacks.inversion.memorisation` (train
-  and held-out accuracy, loss-based membership-inference AUC with a confidence
-  interval) runs on every target and lands in ``report.json``. Generator,
-  templates and TR knobs are the ``cpu`` preset's. Measured wall time of the
-  target's training: docs/attacks.md, "A memorising target".
+  ALL 6 layers of the packaged MiniLM (embeddings included) fine-tuned for 20
+  epochs (AdamW 2e-4, batch 16, no dropout, no weight decay) on a small private
+  split of 200 reviews (100 per label for a two-label dataset) plus 32
+  random-token **canary** sentences (:mod:`textdp.attacks.inversion.canaries`:
+  ``"My secret code is w1 w2"``, the words drawn from a keyed generator out of a
+  pool of 16 frequent label-neutral public words, 16 canaries per label, each
+  word once per slot and label), so that its
+  training accuracy reaches 1.0 with a clear gap to held-out accuracy. No label
+  noise. How much it memorises is measured, not assumed:
+  :mod:`textdp.attacks.inversion.memorisation` (train and held-out accuracy,
+  loss-based membership-inference AUC with a confidence interval, on the
+  reviews; the canaries are measured apart) runs on every target and lands in
+  ``report.json``. Generator and templates are the ``cpu`` preset's; the TR
+  knobs are the ``cpu`` preset's unless a public-data tuning selection is
+  passed (``benchmarks/bench_attacks.py --tune`` / ``--verdict``). Measured
+  figures: docs/attacks.md, "A memorising target".
 """
 
 from __future__ import annotations
@@ -37,11 +44,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from textdp.attacks.inversion.pplm import PPLMConfig
 from textdp.errors import ParameterError
 
-__all__ = ["InversionConfig", "preset_config", "PRESETS", "MEMORISING_PRIVATE"]
+__all__ = ["InversionConfig", "preset_config", "PRESETS", "MEMORISING_PRIVATE", "MEMORISING_CANARIES"]
 
 PRESETS = ("cpu", "paper", "tiny", "memorising")
-#: private texts (all labels together) of the ``memorising`` preset's target
-MEMORISING_PRIVATE = 400
+#: private texts (all labels together, canaries not counted) of the ``memorising`` preset's target
+MEMORISING_PRIVATE = 200
+#: canary sentences inserted into the ``memorising`` preset's private split
+MEMORISING_CANARIES = 32
 
 
 @dataclass
@@ -64,6 +73,13 @@ class InversionConfig:
     target_batch: int = 16
     target_pooling: str = "cls"  # cls (HF [CLS] pooler head; the benchmarks so far) | mean | auto
     tiny_target: dict = field(default_factory=lambda: {"hidden": 32, "layers": 2, "heads": 2, "intermediate": 64})
+    target_dropout: float | None = None  # None: the model's own dropout (0.1 for MiniLM); 0.0 turns it off
+    target_weight_decay: float = 0.01  # AdamW weight decay of the target's fine-tuning (not on biases/LayerNorm)
+    # canaries (textdp.attacks.inversion.canaries): random-token sentences added to the private split
+    canaries: int = 0  # how many are inserted (0 = none); as many again are drawn as never-inserted references
+    canary_seed: int = 18  # key of the canary draw (a seeded ChaCha20 stream, never the global RNG)
+    canary_pool: int = 16  # words the secrets are drawn from (frequent public words)
+    canary_secret_len: int = 2  # words per secret: canary_pool ** canary_secret_len possible fillings
     # generator (from scratch on the target's WordPiece ids) and fluency scorer
     generator: str = "scratch"
     gen_d_model: int = 128
@@ -77,6 +93,17 @@ class InversionConfig:
     gen_max_vocab: int | None = 8000
     scorer_seed_offset: int = 1000  # scorer = same recipe, another seed (never the generator itself)
     scorer_epochs: int | None = 2  # None = gen_epochs; 2 keeps the cpu preset's one-off training short
+    # (scorer_*: unused since the fluency scorer is the public word n-gram model, attacks.inversion.fluency)
+    # generator "scratch-large": pipeline.SCRATCH_GENERATORS; a pretrained generator (a folder, a .gguf file,
+    # "gemma") is fine-tuned on the public split first (textdp.models.finetune): none | lora | full, saved once
+    # under gen_cache (None: $TEXTDP_CACHE/attack-invert) with the cached BPE -> WordPiece alignment
+    gen_finetune: str = "lora"
+    gen_finetune_steps: int = 200
+    gen_finetune_batch: int = 8
+    gen_finetune_tokens: int = 48  # model tokens per row, begin- and end-of-text included
+    gen_finetune_lr: float = 2e-4
+    gen_lora_r: int = 8  # LoRA alpha = 2 r
+    gen_cache: str | None = None
     # templates
     template_style: str = "ngram"
     template_n_min: int = 2
@@ -169,6 +196,16 @@ class InversionConfig:
         if self.dp_pooling not in ("auto", "cls", "mean"):
             raise ParameterError(f"dp_pooling must be auto, cls or mean, got {self.dp_pooling!r}")
         num("dp_trainable_layers", self.dp_trainable_layers, lo=0, integer=True, opt="dp_trainable_layers")
+        if self.target_dropout is not None:
+            num("target_dropout", self.target_dropout, lo=0, hi=1, hi_open=True, opt="target_dropout")
+        num("target_weight_decay", self.target_weight_decay, lo=0, opt="target_weight_decay")
+        num("canaries", self.canaries, lo=0, integer=True, opt="canaries")
+        num("canary_pool", self.canary_pool, lo=2, integer=True, opt="canary_pool")
+        num("canary_secret_len", self.canary_secret_len, lo=1, integer=True, opt="canary_secret_len")
+        num("canary_seed", self.canary_seed, lo=0, integer=True, opt="canary_seed")
+        if self.canaries and 2 * self.canaries > self.canary_pool ** self.canary_secret_len:
+            raise ParameterError(f"{self.canaries} canaries (and as many references) do not fit in "
+                                 f"{self.canary_pool}^{self.canary_secret_len} secrets; raise canary_pool")
         for name in ("target_epochs", "target_batch", "gen_epochs", "gen_batch", "batch_size", "dp_epochs",
                      "dp_batch", "num_samples", "max_len"):
             num(name, getattr(self, name), lo=1, integer=True, opt=name)
@@ -214,10 +251,12 @@ def preset_config(name: str, *, long_texts: bool = False) -> InversionConfig:
     if key == "cpu":
         return base
     if key == "memorising":
-        # whole MiniLM (target_layers None = all 6 layers, nothing frozen), several epochs on a smaller private
-        # split: a target with a real train/held-out gap, so the inversion has memorisation to reveal
-        return replace(base, max_private=MEMORISING_PRIVATE, target_layers=None, target_epochs=10, target_lr=1e-4,
-                       target_batch=16)
+        # whole MiniLM (target_layers None = all 6 layers, nothing frozen), many epochs at a higher learning rate
+        # without dropout or weight decay on a small private split with canaries: a target with a real
+        # train/held-out gap, so the inversion has memorisation to reveal. The first recipe (400 texts, 10 epochs,
+        # AdamW 1e-4, dropout 0.1, weight decay 0.01) reached loss MIA AUC 0.824 only (docs/attacks.md).
+        return replace(base, max_private=MEMORISING_PRIVATE, target_layers=None, target_epochs=20, target_lr=2e-4,
+                       target_batch=16, target_dropout=0.0, target_weight_decay=0.0, canaries=MEMORISING_CANARIES)
     if key == "paper":
         c = replace(base, target_layers=None, target_epochs=5, target_batch=8, target_lr=5e-5,
                     gen_d_model=256, gen_layers=4, gen_heads=4, gen_epochs=10, gen_max_vocab=None, gen_block=128,

@@ -65,6 +65,9 @@ class InversionData:
     for VTG's template labels and ``label_pmi`` templates) trains the generator;
     ``heldout`` is the dataset's test split (target utility); ``nonmember`` is a
     per-label slice of ``heldout`` the size of ``private`` (non-member control).
+    ``canaries``: a :class:`textdp.attacks.inversion.canaries.CanarySet` whose inserted
+    canaries the target also trains on (``private`` itself holds only the dataset's texts,
+    so every metric over ``private`` leaves them out), or None.
     """
 
     name: str
@@ -73,13 +76,24 @@ class InversionData:
     private: pd.DataFrame
     heldout: pd.DataFrame
     nonmember: pd.DataFrame
+    canaries: object | None = None
 
     def fingerprint(self) -> str:
         from textdp.models.causal_lm import config_key
 
-        return config_key({"name": self.name, "pub": len(self.public), "priv": len(self.private),
-                           "h": pd.util.hash_pandas_object(self.private[["text", "label"]], index=False).sum(),
-                           "hp": pd.util.hash_pandas_object(self.public[["text", "label"]], index=False).sum()})
+        key = {"name": self.name, "pub": len(self.public), "priv": len(self.private),
+               "h": pd.util.hash_pandas_object(self.private[["text", "label"]], index=False).sum(),
+               "hp": pd.util.hash_pandas_object(self.public[["text", "label"]], index=False).sum()}
+        if self.canaries is not None and len(self.canaries.inserted):  # keeps the keys of runs without canaries
+            key["canaries"] = pd.util.hash_pandas_object(self.canaries.inserted[["text", "label"]], index=False).sum()
+        return config_key(key)
+
+    def training_frame(self) -> pd.DataFrame:
+        """What the target trains on: ``private`` followed by the inserted canaries (``text``, ``label``)."""
+        if self.canaries is None or not len(self.canaries.inserted):
+            return self.private[["text", "label"]]
+        return pd.concat([self.private[["text", "label"]], self.canaries.inserted[["text", "label"]]],
+                         ignore_index=True)
 
 
 def split_data(dataset, cfg: InversionConfig) -> InversionData:
@@ -132,7 +146,14 @@ def split_data(dataset, cfg: InversionConfig) -> InversionData:
         nm.append(cand.head(int(counts.get(lab, 0))))
     nonmember = pd.concat(nm).reset_index(drop=True)
     heldout = test if cfg.max_private is None else test.head(max(200, 2 * len(priv)))
-    return InversionData(ds.name, labels, pub, priv, heldout.reset_index(drop=True), nonmember)
+    canaries = None
+    if cfg.canaries:
+        from textdp.attacks.inversion.canaries import default_min_count, make_canaries
+
+        canaries = make_canaries(list(pub["text"]), labels, int(cfg.canaries), seed=cfg.canary_seed,
+                                 pool_size=cfg.canary_pool, secret_len=cfg.canary_secret_len,
+                                 public_labels=list(pub["label"]), min_count=default_min_count(len(pub)))
+    return InversionData(ds.name, labels, pub, priv, heldout.reset_index(drop=True), nonmember, canaries)
 
 
 # =========================================================================== models
@@ -194,6 +215,8 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
            "seed": cfg.model_seed, "defence": defence, "tiny": cfg.tiny_target if cfg.target_model == "tiny" else None}
     if cfg.target_pooling != "cls" and defence != "dpsgd":  # keeps the cache keys of existing cls targets
         key["pooling"] = cfg.target_pooling
+    if cfg.target_dropout is not None or cfg.target_weight_decay != 0.01:  # idem for the default recipe
+        key["regularisation"] = [cfg.target_dropout, cfg.target_weight_decay]
     if defence == "dpsgd":
         key.update(dp=[cfg.dp_epsilon, cfg.dp_delta, cfg.dp_epochs, cfg.dp_lr, cfg.dp_batch, cfg.dp_max_grad_norm,
                        cfg.dp_trainable_layers, cfg.dp_pooling])
@@ -204,6 +227,7 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
         key["device"] = "cuda"
     folder = _cache_dir("target", key)
     y_priv = data.private["label"].map({l: i for i, l in enumerate(data.labels)}).to_numpy()
+    train_frame = data.training_frame()
     if (folder / "info.json").exists():
         clf = TextClassifier.load(folder).to(dev)
         info = json.loads((folder / "info.json").read_text())
@@ -220,8 +244,17 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
                               pooling="mean" if pooling == "auto" else pooling, **cfg.tiny_target)
     else:
         clf = load_classifier(cfg.target_model, data.labels, num_layers=cfg.target_layers, rng=rng, pooling=pooling)
-    train_texts = list(data.private["text"])
-    info: dict = {"defence": defence, "model": clf.source, "layers": cfg.target_layers, "pooling": clf.pooling}
+    if cfg.target_dropout is not None:  # every dropout of the encoder and head (attention reads .p as well)
+        import torch
+
+        for mod in clf.model.modules():
+            if isinstance(mod, torch.nn.Dropout):
+                mod.p = float(cfg.target_dropout)
+    train_texts = list(train_frame["text"])
+    y_train = train_frame["label"].map({l: i for i, l in enumerate(data.labels)}).to_numpy()
+    info: dict = {"defence": defence, "model": clf.source, "layers": cfg.target_layers, "pooling": clf.pooling,
+                  "dropout": cfg.target_dropout, "weight_decay": cfg.target_weight_decay,
+                  "canaries_inserted": len(train_frame) - len(data.private)}
     if defence == "santext":
         train_texts, sinfo = _santext(train_texts, cfg, rng)
         info.update(sinfo)
@@ -230,13 +263,14 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
     adv = progress(f"target ({defence}) training", epochs * math.ceil(len(train_texts) / bs))  # DP: expected steps
     cb = lambda s, tot, loss: adv(1)  # noqa: E731
     if defence == "dpsgd":
-        info.update(fine_tune_dp(clf, train_texts, y_priv, epsilon=cfg.dp_epsilon, delta=cfg.dp_delta,
+        info.update(fine_tune_dp(clf, train_texts, y_train, epsilon=cfg.dp_epsilon, delta=cfg.dp_delta,
                                  epochs=cfg.dp_epochs, lr=cfg.dp_lr, batch_size=cfg.dp_batch,
                                  max_grad_norm=cfg.dp_max_grad_norm, max_len=cfg.max_len,
                                  trainable_layers=cfg.dp_trainable_layers, rng=rng, on_step=cb, device=dev))
     else:
-        info.update(fine_tune(clf, train_texts, y_priv, epochs=cfg.target_epochs, lr=cfg.target_lr,
-                              batch_size=cfg.target_batch, max_len=cfg.max_len, rng=rng, on_step=cb, device=dev))
+        info.update(fine_tune(clf, train_texts, y_train, epochs=cfg.target_epochs, lr=cfg.target_lr,
+                              batch_size=cfg.target_batch, max_len=cfg.max_len, rng=rng, on_step=cb, device=dev,
+                              weight_decay=cfg.target_weight_decay))
     info["train_seconds"] = round(time.perf_counter() - t0, 1)
     lab = {l: i for i, l in enumerate(data.labels)}
     info["train_acc"] = clf.accuracy(list(data.private["text"]), y_priv, cfg.max_len)
@@ -244,6 +278,8 @@ def prepare_target(data: InversionData, cfg: InversionConfig, defence: str = "no
     pub = data.public.head(2000)
     info["public_acc"] = clf.accuracy(list(pub["text"]), pub["label"].map(lab).to_numpy(), cfg.max_len)
     info["memorisation"] = _memorisation(clf.freeze(), data, cfg)
+    if data.canaries is not None and len(data.canaries.inserted) >= 2 and len(data.canaries.reference) >= 2:
+        info["canary_memorisation"] = _canary_memorisation(clf, data, cfg)
     _atomic_dir(folder, lambda d: (clf.save(d), (d / "info.json").write_text(json.dumps(info))))
     info["cached"] = False
     return clf.freeze(), info
@@ -265,6 +301,18 @@ def _memorisation(clf, data: InversionData, cfg: InversionConfig) -> dict | None
     return {**rep.to_dict(), "line": rep.line()}
 
 
+def _canary_memorisation(clf, data: InversionData, cfg: InversionConfig) -> dict:
+    """The memorisation report with the inserted canaries as members and the never-inserted
+    reference canaries (same format, same draw) as non-members."""
+    from textdp.attacks.inversion.memorisation import memorisation_report
+
+    lab = {l: i for i, l in enumerate(data.labels)}
+    ins, ref = data.canaries.inserted, data.canaries.reference
+    rep = memorisation_report(clf, list(ins["text"]), ins["label"].map(lab).to_numpy(), list(ref["text"]),
+                              ref["label"].map(lab).to_numpy(), max_len=cfg.max_len)
+    return {**rep.to_dict(), "line": rep.line()}
+
+
 def _rewrite_json(path: Path, obj: dict) -> None:
     """Replace a small JSON file atomically (temporary file in the same folder, then rename)."""
     tmp = path.with_name(path.name + ".tmp")
@@ -272,14 +320,40 @@ def _rewrite_json(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+#: from-scratch generators (``cfg.generator``) and the knobs each overrides: ``scratch`` keeps
+#: ``gen_d_model``/``gen_layers``/... as configured (3 layers, d 128, 8k WordPieces, 3 epochs in the cpu
+#: preset); ``scratch-large`` is 4 layers, d 256, 8 heads, 16k WordPieces, 5 epochs (held-out
+#: perplexity vs the small one: docs/attacks.md, "Generators and fluency")
+SCRATCH_GENERATORS = {"scratch": {}, "scratch-large": {"gen_d_model": 256, "gen_layers": 4, "gen_heads": 8,
+                                                       "gen_epochs": 5, "gen_lr": 1e-3, "gen_max_vocab": 16000}}
+
+
+def finetune_config(cfg: InversionConfig):
+    """The :class:`textdp.models.finetune.FineTuneConfig` of a pretrained generator's fine-tuning on
+    the public split (``cfg.gen_finetune`` ``lora``/``full``), or None for ``none``."""
+    from textdp.models.finetune import FineTuneConfig
+
+    if cfg.gen_finetune == "none":
+        return None
+    return FineTuneConfig(method=cfg.gen_finetune, steps=cfg.gen_finetune_steps, batch_size=cfg.gen_finetune_batch,
+                          max_tokens=cfg.gen_finetune_tokens, lr=cfg.gen_finetune_lr, lora_r=cfg.gen_lora_r,
+                          lora_alpha=2 * cfg.gen_lora_r)
+
+
 def prepare_generator(data: InversionData, clf, cfg: InversionConfig, *, seed_offset: int = 0,
                       progress: Progress = _no_progress, desc: str = "generator", epochs: int | None = None,
                       device: str = "cpu"):
-    """A causal LM trained from scratch on the public texts' WordPiece ids (cached), on ``device``
-    (``auto``/``cpu``/``cuda``; one trained on a GPU is cached apart from the CPU's).
+    """The attack's generator, on ``device`` (``auto``/``cpu``/``cuda``; one trained on a GPU is
+    cached apart from the CPU's).
 
-    Returns ``(model, SharedVocab, info)``. ``seed_offset`` gives an independent
-    model of the same recipe (the fluency scorer); ``epochs`` overrides ``cfg.gen_epochs``.
+    ``cfg.generator`` ``scratch`` or ``scratch-large`` (:data:`SCRATCH_GENERATORS`): a causal LM
+    trained from scratch on the public texts' WordPiece ids (cached); returns ``(model, SharedVocab,
+    info)``. Otherwise a pretrained causal LM (a folder, a ``.gguf`` file, ``gemma`` or a hub name
+    in the local cache), fine-tuned on the public split per ``cfg.gen_finetune`` and saved once under
+    ``cfg.gen_cache``
+    (:func:`textdp.attacks.inversion.gpt2_generator.prepare_pretrained_generator`); returns
+    ``(model, BpeVocab, info)``. ``seed_offset`` gives an independent from-scratch model of the same
+    recipe; ``epochs`` overrides ``cfg.gen_epochs``.
     """
     import dataclasses
 
@@ -289,10 +363,14 @@ def prepare_generator(data: InversionData, clf, cfg: InversionConfig, *, seed_of
         CausalLMConfig, SharedVocab, config_key, load_causal_lm, save_causal_lm, train_causal_lm,
     )
 
-    if cfg.generator != "scratch" and seed_offset == 0:  # pretrained BPE generator; the scorer stays from scratch
+    if cfg.generator not in SCRATCH_GENERATORS and seed_offset == 0:  # pretrained BPE generator
         from textdp.attacks.inversion.gpt2_generator import prepare_pretrained_generator
 
-        return prepare_pretrained_generator(clf, cfg.generator, progress=progress)
+        return prepare_pretrained_generator(clf, cfg.generator, progress=progress,
+                                            public_texts=list(data.public["text"]), finetune=finetune_config(cfg),
+                                            cache=cfg.gen_cache, seed=cfg.model_seed, device=device)
+    if SCRATCH_GENERATORS.get(cfg.generator):
+        cfg = dataclasses.replace(cfg, **SCRATCH_GENERATORS[cfg.generator])
     tokens = clf.vocab_tokens
     key = {"kind": "generator", "data": data.fingerprint(), "vocab": config_key(tokens), "d": cfg.gen_d_model,
            "L": cfg.gen_layers, "H": cfg.gen_heads, "epochs": cfg.gen_epochs, "lr": cfg.gen_lr,
@@ -518,8 +596,11 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
                 f"{majority:.3f}): attack results against it say nothing about memorisation")
     base = targets["none"]
     gen, vocab, ginfo = prepare_generator(data, base, cfg, progress=progress, device=device)
-    scorer, svocab, sinfo = prepare_generator(data, base, cfg, seed_offset=cfg.scorer_seed_offset, progress=progress,
-                                         desc="fluency scorer", epochs=cfg.scorer_epochs, device=device)
+    from textdp.attacks.inversion.fluency import NgramFluencyScorer
+
+    t_sc = time.perf_counter()
+    scorer = NgramFluencyScorer(list(data.public["text"]))  # shares no tokenizer, model or recipe with a generator
+    sinfo = {**scorer.info, "train_seconds": round(time.perf_counter() - t_sc, 2), "cached": False}
     evaluator, einfo = _evaluator(data)
     log(f"evaluator: private acc {einfo['private_acc']:.3f}, held-out acc {einfo['heldout_acc']:.3f}")
     templates = build_templates(list(data.public["text"]), style=cfg.template_style, n_min=cfg.template_n_min,
@@ -579,15 +660,7 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
                     rows_l = np.flatnonzero(df["label"].to_numpy() == l)
                     for k_inv, k_priv in rr["matches"].get(l, []):
                         gt[rows_l[k_inv]] = private_by[l][k_priv]
-                from textdp.models.causal_lm import sequence_nll
-
-                enc = svocab.encode(base.token_ids(texts))
-                nll, cnt = sequence_nll(scorer, enc, bos=svocab.bos, eos=svocab.eos)
-                # class-based correction: an out-of-vocabulary token costs log p([UNK]) - log(#OOV types),
-                # so text made of tokens the scorer never saw is not scored as fluent
-                n_oov_types = max(1, len(base.vocab_tokens) - len(svocab))
-                n_unk = sum(sum(1 for g in row if g == svocab.unk) for row in enc)
-                ppl = float(np.exp((nll.sum() + n_unk * np.log(n_oov_types)) / max(cnt.sum(), 1)))
+                ppl = scorer.perplexity(texts)  # fluency: per-word perplexity under the public n-gram scorer
                 df = df.assign(defence=d, method=m, seed=seed if seed is not None else -1,
                                evaluator_pred=list(ev), target_pred=[data.labels[i] for i in tp.argmax(1)],
                                target_prob=tp[np.arange(len(tp)), y_acc] if len(tp) else [], ground_truth=gt)
@@ -616,9 +689,10 @@ def run_inversion(dataset="rotten-tomatoes", *, methods: Sequence[str] = METHODS
                   "nonmember": len(data.nonmember)},
         "avg_private_len_wordpieces": avg_len, "gen_length": gen_length, "templates": templates,
         "template_labels_for_vtg": tlabels, "targets": tinfo, "evaluator": einfo, "generator": ginfo,
-        "fluency_scorer": {**sinfo, "metric": "causal perplexity (HF fixed-length recipe), corpus level; an "
-                           "independent LM of the generator's recipe with another seed; an OOV token costs "
-                           "log p([UNK]) - log(number of OOV WordPiece types)"},
+        "fluency_scorer": {**sinfo, "metric": "corpus-level perplexity per word (words and punctuation after "
+                           "lowercasing, end-of-text included) under an interpolated Kneser-Ney word 3-gram model "
+                           "of the public split; unseen words pay p(<unk>) times a character 5-gram spelling "
+                           "probability (textdp.attacks.inversion.fluency); shares nothing with any generator"},
         "kendall_public_vs_private": kendall, "methods": methods, "defence": defence,
         "seeds": [s if s is not None else "secure" for s in seeds], "seed_modes": seed_modes,
         "config": cfg.to_dict(), "attack_seconds": {m: round(float(np.mean(v)), 2) for m, v in timings.items()},
@@ -644,9 +718,13 @@ def _fmt(v, s, pct=True):
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
-    """The metrics table (percent for rates) as Markdown."""
+    """The metrics table (percent for rates) as Markdown; the fluency column is the per-word
+    perplexity under :class:`textdp.attacks.inversion.fluency.NgramFluencyScorer`, named in its
+    header."""
+    from textdp.attacks.inversion.fluency import SCORER_NAME
+
     head = ("| target | method | seeds | RR vocab % | RR matched % | RR private-only % | Acc % | target Acc % | "
-            "PPL (lower = fluent) | RR vocab non-member % |")
+            f"fluency (scorer: {SCORER_NAME}; PPL, lower = fluent) | RR vocab non-member % |")
     lines = [head, "|" + "---|" * 10]
     for _, r in summary.iterrows():
         lines.append(f"| {r['defence']} | {r['method'].upper()} | {r['seeds']} | {_fmt(r['rr_vocab'], r['rr_vocab_std'])} | "
