@@ -25,7 +25,7 @@ def invert(
     dataset: str = typer.Option("rotten-tomatoes", "--dataset", "-d", help="Built-in labelled dataset (80/20 public/private split of its train part)."),
     method: str = typer.Option("all", "--method", "-m", help="tr, vtg, vmi, all, or a comma list (tr,vtg)."),
     defence: str = typer.Option("none", "--defence", help="none, dpsgd (Opacus DP-SGD target) or santext (target trained on SanText-sanitised text). A defended run also attacks the undefended target."),
-    preset: str = typer.Option("cpu", "--preset", help="cpu (2-core CPU, minutes), memorising (the cpu preset with a target that memorises: all MiniLM layers, 10 epochs on 400 private texts), paper (the paper's settings, hours on CPU) or tiny (plumbing check)."),
+    preset: str = typer.Option("cpu", "--preset", help="cpu (2-core CPU, minutes), memorising (the cpu preset with a target that memorises: all MiniLM layers, 20 epochs on 200 private texts plus 32 random-token canaries), paper (the paper's settings, hours on CPU) or tiny (plumbing check)."),
     output: Optional[Path] = opt_output("Result folder (inverted.csv, metrics.csv, summary.md, examples.csv, plot.png, report.json)."),
     seed: Optional[int] = opt_seed(),
     seeds: int = typer.Option(3, "--seeds", help="Number of attack seeds (seed, seed+1, ...); results are mean ± std over them."),
@@ -142,6 +142,9 @@ def invert(
             lines.append(f"target[{d}]: train acc {info['train_acc']:.3f}, held-out acc {info['heldout_acc']:.3f}{eps}")
             if info.get("memorisation"):
                 lines.append(f"target[{d}] memorisation (private vs non-member texts): {info['memorisation']['line']}")
+            if info.get("canary_memorisation"):
+                lines.append(f"target[{d}] canaries (inserted vs never-inserted reference canaries): "
+                             f"{info['canary_memorisation']['line']}")
         e = report.card["evaluator"]
         lines.append(f"evaluator: private acc {e['private_acc']:.3f}, held-out acc {e['heldout_acc']:.3f}")
         typer.echo("\n".join(lines))
