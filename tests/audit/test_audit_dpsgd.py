@@ -95,7 +95,7 @@ def test_cli_text_output_names_claim_bound_ceiling_and_verdict():
     (["-e", "-1"], "epsilon must be a finite number"),
     (["--delta", "0"], "delta must be in (0, 1)"),
     (["--canaries", "1"], "canaries must be a whole number"),
-    (["--max-examples", "0"], "max_examples must be a whole number"),
+    (["--max-examples", "0"], "--max-examples must be a whole number"),
     (["no-such-dataset"], "unknown dataset"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(args, needle):

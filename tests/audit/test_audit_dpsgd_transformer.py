@@ -246,12 +246,12 @@ def test_bow_audit_with_mislabelled_canaries():
 
 @pytest.mark.parametrize("args,needle", [
     (["--model", "./no/such/model"], "does not exist"),
-    (["--canary-kind", "dirac"], "canary kind must be one of"),
+    (["--canary-kind", "dirac"], "--canary-kind must be one of"),
     (["--accountant", "moments"], "accountant must be one of"),
     (["--max-len", "32"], "--max-len applies to a transformer --model"),
     (["--freeze-embeddings"], "--freeze-embeddings applies to a transformer --model"),
     (["--device", "cpu"], "--device applies to a transformer --model"),
-    (["--max-test-examples", "0"], "max_test_examples must be a whole number"),
+    (["--max-test-examples", "0"], "--max-test-examples must be a whole number"),
     (["--lr", "0"], "lr must be a finite number"),
     (["--canary-kind", "mislabelled", "--canaries", "1500", "--max-examples", "2000"], "at most half of it"),
 ])
@@ -271,7 +271,7 @@ def test_cli_bad_parameters_one_line_nothing_written(args, needle, tmp_path):
 def test_cli_max_len_beyond_the_model_positions_is_one_line(tiny_bert):
     r = runner.invoke(app, ["audit", "dpsgd", "--max-examples", "120", "--canaries", "40", "--batch-size", "16",
                             "--max-len", "65", "--model", str(tiny_bert)])
-    assert r.exit_code == 2 and "max_len 65 is more than the 64 positions" in r.output, r.output
+    assert r.exit_code == 2 and "--max-len 65 is more than the 64 positions" in r.output, r.output
     assert len([ln for ln in r.output.strip().splitlines() if ln.strip()]) == 1
 
 
@@ -308,3 +308,17 @@ def test_unseeded_audit_says_its_generator_is_a_simulation_one():
 
     note = json.loads(r.stdout)["seed_note"]
     assert "not a CSPRNG" in note and "randomness from the OS's CSPRNG" not in note
+
+
+def test_cli_messages_name_flags_not_python_parameters():
+    from textdp.cli.audit_dpsgd import _as_flags
+
+    assert _as_flags("batch_size 256 is larger than the 200 training examples") == \
+        "--batch-size 256 is larger than the 200 training examples"
+    assert _as_flags("sample rate batch_size/(n + m/2) = 1.2 must be below 1; lower batch_size") == \
+        "sample rate --batch-size/(n + m/2) = 1.2 must be below 1; lower --batch-size"
+    assert _as_flags("delta must be in (0, 1) (e.g. 1e-5), got 2.0").startswith("--delta must")
+    # a plain word is a flag only as the message's subject; prose keeps it
+    assert _as_flags("mislabelled canaries take 40 examples") == "mislabelled canaries take 40 examples"
+    r = runner.invoke(app, ["audit", "dpsgd", "--max-examples", "200", "--canaries", "20", "-e", "2"])
+    assert r.exit_code == 2 and "--batch-size 256 is larger" in r.output and "batch_size" not in r.output

@@ -5,6 +5,8 @@ Thin layer over :func:`textdp.audit.dpsgd.audit_dpsgd`: parsing, progress, print
 
 from __future__ import annotations
 
+import re
+
 from typing import Optional
 
 import typer
@@ -29,6 +31,24 @@ def _guess_pair(text: str) -> list[tuple[int, int]]:
 
 def _fmt_int(x: int) -> str:
     return f"{x:,}"
+
+
+#: the Python API's parameter names as this command's flags (the library's messages name the parameters)
+_SNAKE = ("max_test_examples", "max_examples", "batch_size", "hash_bits", "max_len", "freeze_embeddings")
+_LEADING = {"canary kind": "--canary-kind", "canaries": "--canaries", "epsilon": "--epsilon", "delta": "--delta",
+            "epochs": "--epochs", "lr": "--lr", "clip": "--clip", "device": "--device", "accountant": "--accountant",
+            "score": "--score"}
+
+
+def _as_flags(msg: str) -> str:
+    """A library message with its parameter names replaced by this command's flags: the snake_case names
+    anywhere, the plain-word names only as the message's subject (its first words)."""
+    for name in _SNAKE:
+        msg = re.sub(rf"(?<![-\w]){name}\b", "--" + name.replace("_", "-"), msg)
+    for name, flag in _LEADING.items():
+        if msg.startswith(name + " "):
+            return flag + msg[len(name):]
+    return msg
 
 
 def _print(res, alpha: float, seed: Optional[int]) -> None:
@@ -149,11 +169,15 @@ def register(app: typer.Typer) -> None:
             def on_step(step: int, total: int) -> None:
                 bar.update(task, completed=step, total=total)
 
-            res = audit_dpsgd(epsilon, delta, canaries, dataset=dataset, max_examples=max_examples,
-                              max_test_examples=max_test_examples, model=model, canary_kind=canary_kind, epochs=epochs,
-                              batch_size=batch_size, lr=lr, clip=clip, hash_bits=hash_bits, max_len=max_len,
-                              freeze_embeddings=freeze_embeddings, device=device, accountant=accountant, score=score,
-                              broken=broken, beta=alpha, guess_counts=pairs, fdp=not no_fdp, seed=seed, on_step=on_step)
+            try:
+                res = audit_dpsgd(epsilon, delta, canaries, dataset=dataset, max_examples=max_examples,
+                                  max_test_examples=max_test_examples, model=model, canary_kind=canary_kind,
+                                  epochs=epochs, batch_size=batch_size, lr=lr, clip=clip, hash_bits=hash_bits,
+                                  max_len=max_len, freeze_embeddings=freeze_embeddings, device=device,
+                                  accountant=accountant, score=score, broken=broken, beta=alpha, guess_counts=pairs,
+                                  fdp=not no_fdp, seed=seed, on_step=on_step)
+            except ParameterError as exc:
+                raise ParameterError(_as_flags(str(exc))) from None
         if json_out:
             d = res.to_dict()
             d["seed_note"] = ("seeded: a reproducible research run, not for release" if seed is not None
