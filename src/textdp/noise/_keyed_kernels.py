@@ -146,6 +146,20 @@ def _blocks_lanes(key, counters, streams, n, x):
 
 
 @njit(inline="always")
+def _lane_batch(key, streams, positions, purpose, t0, t1, nb, cnt, st, x):
+    """The first ``nb`` blocks of tokens ``t0 .. t1 - 1`` (their ``purpose`` at their positions) into ``x``:
+    token ``t``'s block ``b`` is lane ``(t - t0) nb + b``."""
+    n = 0
+    for t in range(t0, t1):
+        base = _base(positions[t], purpose)
+        for b in range(nb):
+            cnt[n] = base | np.uint64(b)
+            st[n] = np.uint64(streams[t])
+            n += 1
+    _blocks_lanes(key, cnt, st, n, x)
+
+
+@njit(inline="always")
 def _lane_word(x, lane, i):
     """64-bit word ``i`` (0..7) of block ``lane`` of :func:`_blocks_lanes`'s output (as :func:`_word`)."""
     return np.uint64(x[2 * i, lane]) | (np.uint64(x[2 * i + 1, lane]) << np.uint64(32))
@@ -170,14 +184,7 @@ def _words_kernel(key, streams, positions, purpose, n_words, out):
     st = np.empty(per * nb, np.uint64)
     for t0 in range(0, streams.size, per):
         t1 = min(streams.size, t0 + per)
-        n = 0
-        for t in range(t0, t1):
-            base = _base(positions[t], purpose)
-            for b in range(nb):
-                cnt[n] = base | np.uint64(b)
-                st[n] = np.uint64(streams[t])
-                n += 1
-        _blocks_lanes(key, cnt, st, n, x)
+        _lane_batch(key, streams, positions, purpose, t0, t1, nb, cnt, st, x)
         for t in range(t0, t1):
             lane0 = (t - t0) * nb
             for j in range(n_words):
@@ -301,15 +308,7 @@ def _laplace_kernel(key, streams, positions, purpose, scale, out):
     for t in range(streams.size):
         t0 = t - t % per
         if t == t0:
-            t1 = min(streams.size, t0 + per)
-            n = 0
-            for tt in range(t0, t1):
-                base = _base(positions[tt], purpose)
-                for b in range(nb):
-                    cnt[n] = base | np.uint64(b)
-                    st[n] = np.uint64(streams[tt])
-                    n += 1
-            _blocks_lanes(key, cnt, st, n, x)
+            _lane_batch(key, streams, positions, purpose, t0, min(streams.size, t0 + per), nb, cnt, st, x)
         lane0 = (t - t0) * nb
         radius = 0.0
         norm2 = 0.0
