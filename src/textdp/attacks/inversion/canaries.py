@@ -254,29 +254,15 @@ def canary_search(clf, canaries: CanarySet, *, m: int | dict | None = None, max_
     ties in loss are broken by filling order. Cost: ``n_fillings`` forward passes. Raises
     ParameterError when a canary label is not one of the target's labels.
     """
-    import torch
-
     labels = [str(l) for l in clf.labels]
     bad = sorted(set(canaries.inserted["label"]) - set(labels))
     if bad:
         raise ParameterError(f"canary labels {bad} are not target labels {labels}")
     fills = canaries.fillings()
     texts = [canaries.text(f) for f in fills]
-    ids = clf.encode_ids(texts, max_len)
-    order = np.argsort([len(r) for r in ids], kind="stable")
-    logp = np.empty((len(texts), len(labels)), dtype=np.float64)
-    was = clf.model.training
-    clf.model.eval()
-    try:
-        with torch.inference_mode():
-            for a in range(0, len(texts), batch_size):
-                idx = order[a:a + batch_size]
-                x, mask = clf.encode([texts[i] for i in idx], max_len)
-                lg = clf.logits(x.to(clf.device), mask.to(clf.device)).double()
-                logp[idx] = torch.log_softmax(lg, -1).cpu().numpy()
-    finally:
-        clf.model.train(was)
-    loss = -logp
+    from textdp.attacks.inversion.memorisation import log_probabilities
+
+    loss = -log_probabilities(clf, texts, max_len, batch_size)
     index = {" ".join(f): i for i, f in enumerate(fills)}
     counts = canaries.inserted["label"].value_counts()
     rows, ranks = [], {}

@@ -130,8 +130,6 @@ def per_example_loss(clf, texts: Sequence[str], labels: Sequence[int], max_len: 
 
 def _loss_and_pred(clf, texts, labels, max_len: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """``(loss (N,) float64 nats, predicted class (N,) int64)``, one forward pass per text."""
-    import torch
-
     texts = list(texts)
     y = np.asarray(labels)
     if len(texts) == 0:
@@ -140,10 +138,17 @@ def _loss_and_pred(clf, texts, labels, max_len: int, batch_size: int) -> tuple[n
         raise ParameterError(f"{len(texts)} texts but {y.size} labels; give one label per text")
     if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= len(clf.labels):
         raise ParameterError(f"labels must be class ids in 0..{len(clf.labels) - 1}")
-    lengths = np.array([len(r) for r in clf.encode_ids(texts, max_len)])
-    order = np.argsort(lengths, kind="stable")
-    out = np.empty(len(texts), dtype=np.float64)
-    pred = np.empty(len(texts), dtype=np.int64)
+    logp = log_probabilities(clf, texts, max_len, batch_size)
+    return -logp[np.arange(len(texts)), y], logp.argmax(1).astype(np.int64)
+
+
+def log_probabilities(clf, texts: list[str], max_len: int, batch_size: int) -> np.ndarray:
+    """float64 ``(N, classes)`` log-softmax of the target's logits for each text: eval mode, no gradient,
+    batches of texts of similar length (the model's training mode is restored after)."""
+    import torch
+
+    order = np.argsort([len(r) for r in clf.encode_ids(texts, max_len)], kind="stable")
+    logp = np.empty((len(texts), len(clf.labels)), dtype=np.float64)
     dev = clf.device
     was = clf.model.training
     clf.model.eval()
@@ -152,12 +157,10 @@ def _loss_and_pred(clf, texts, labels, max_len: int, batch_size: int) -> tuple[n
             for a in range(0, len(texts), batch_size):
                 idx = order[a:a + batch_size]
                 ids, mask = clf.encode([texts[i] for i in idx], max_len)
-                logp = torch.log_softmax(clf.logits(ids.to(dev), mask.to(dev)).double(), -1).cpu().numpy()
-                out[idx] = -logp[np.arange(len(idx)), y[idx]]
-                pred[idx] = logp.argmax(1)
+                logp[idx] = torch.log_softmax(clf.logits(ids.to(dev), mask.to(dev)).double(), -1).cpu().numpy()
     finally:
         clf.model.train(was)
-    return out, pred
+    return logp
 
 
 @dataclass(frozen=True)
