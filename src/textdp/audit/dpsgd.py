@@ -583,15 +583,10 @@ def _run_bow(texts, train_y, can, inc_idx, test_texts, y_test, n_cls, hash_bits,
 
 
 def _pad_ids(rows, pad_id: int):
-    import torch
+    """Right-padded ``(input_ids, attention_mask)``: the classifier's own padding."""
+    from textdp.models.classifier import _pad
 
-    T = max(1, max(len(r) for r in rows))
-    ids = np.full((len(rows), T), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), T), dtype=np.int64)
-    for i, r in enumerate(rows):
-        ids[i, :len(r)] = r
-        mask[i, :len(r)] = 1
-    return torch.from_numpy(ids), torch.from_numpy(mask)
+    return _pad(rows, pad_id)
 
 
 def _expand_batch_one_inputs(model, state: dict) -> list:
