@@ -98,6 +98,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from textdp.attacks.inversion.templates import jobs_by_prefix_length
 from textdp.errors import InputError, MissingPackageError, ParameterError, excerpt
 
 try:
@@ -728,22 +729,16 @@ def generate_texts_bpe(method: str, *, clf, generator, vocab: BpeVocab, template
         tpl_ids.append([vocab.bos] + ids)
     banned = vocab.banned_ids()
     jobs = [(a, t, s) for a in range(len(labels)) for t in range(len(templates)) for s in range(ns)]
-    by_len: dict[int, list] = {}
-    for job in jobs:
-        by_len.setdefault(len(tpl_ids[job[1]]), []).append(job)
     out: dict[tuple, str] = {}
-    for L in sorted(by_len):
-        group = by_len[L]
-        for b in range(0, len(group), bs):
-            chunk = group[b:b + bs]
-            prefix = torch.tensor([tpl_ids[t] for _, t, _ in chunk], dtype=torch.long)
-            seeds = [_row_seed(attack_key, t, a * ns + s) for a, t, s in chunk]
-            res = generate(generator, clf if method == "tr" else None, bridge, prefix, [a for a, _, _ in chunk],
-                           pcfg, seeds, perturb=(method == "tr"), eos=vocab.eos, banned=banned)
-            for job, ids in zip(chunk, res["ids"].tolist()):
-                out[job] = vocab.decode(ids)
-            if on_text:
-                on_text(len(chunk))
+    for chunk in jobs_by_prefix_length(tpl_ids, len(labels), ns, bs):
+        prefix = torch.tensor([tpl_ids[t] for _, t, _ in chunk], dtype=torch.long)
+        seeds = [_row_seed(attack_key, t, a * ns + s) for a, t, s in chunk]
+        res = generate(generator, clf if method == "tr" else None, bridge, prefix, [a for a, _, _ in chunk],
+                       pcfg, seeds, perturb=(method == "tr"), eos=vocab.eos, banned=banned)
+        for job, ids in zip(chunk, res["ids"].tolist()):
+            out[job] = vocab.decode(ids)
+        if on_text:
+            on_text(len(chunk))
     rows = [{"label": labels[a], "template": templates[t], "sample": s, "text": out[(a, t, s)],
              "label_for_acc": (template_label[t] if (method == "vtg" and template_label) else labels[a])}
             for a, t, s in jobs]

@@ -36,7 +36,7 @@ from textdp.attacks.inversion.config import InversionConfig, preset_config
 from textdp.attacks.inversion.metrics import (
     attack_accuracy, filter_tokens, kendall_topk_distance, recovery_rates, topk_ranking,
 )
-from textdp.attacks.inversion.templates import build_templates, template_labels
+from textdp.attacks.inversion.templates import build_templates, jobs_by_prefix_length, template_labels
 from textdp.errors import InputError, MissingPackageError, OutputError, ParameterError
 from textdp.models.device import resolve_device
 from textdp.noise import make_rng, seed_mode
@@ -475,22 +475,16 @@ def generate_texts(method: str, *, clf, generator, vocab, templates: Sequence[st
     # never emit begin-of-text or [UNK] (same ban for TR and VTG)
     banned = [b for b in (getattr(vocab, "bos", None), getattr(vocab, "unk", None)) if b is not None]
     jobs = [(a, t, s) for a in range(len(labels)) for t in range(len(templates)) for s in range(ns)]
-    by_len: dict[int, list] = {}
-    for job in jobs:
-        by_len.setdefault(len(tpl_ids[job[1]]), []).append(job)
     out: dict[tuple, str] = {}
-    for L in sorted(by_len):
-        group = by_len[L]
-        for b in range(0, len(group), cfg.batch_size):
-            chunk = group[b:b + cfg.batch_size]
-            prefix = torch.tensor([tpl_ids[t] for _, t, _ in chunk], dtype=torch.long)
-            seeds = [_row_seed(attack_key, t, a * ns + s) for a, t, s in chunk]
-            res = generate(generator, clf if method == "tr" else None, bridge, prefix, [a for a, _, _ in chunk],
-                           pcfg, seeds, perturb=(method == "tr"), eos=vocab.eos, banned=banned)
-            for (a, t, s), ids in zip(chunk, res["ids"].tolist()):
-                out[(a, t, s)] = vocab.decode(ids)
-            if on_text:
-                on_text(len(chunk))
+    for chunk in jobs_by_prefix_length(tpl_ids, len(labels), ns, cfg.batch_size):
+        prefix = torch.tensor([tpl_ids[t] for _, t, _ in chunk], dtype=torch.long)
+        seeds = [_row_seed(attack_key, t, a * ns + s) for a, t, s in chunk]
+        res = generate(generator, clf if method == "tr" else None, bridge, prefix, [a for a, _, _ in chunk],
+                       pcfg, seeds, perturb=(method == "tr"), eos=vocab.eos, banned=banned)
+        for (a, t, s), ids in zip(chunk, res["ids"].tolist()):
+            out[(a, t, s)] = vocab.decode(ids)
+        if on_text:
+            on_text(len(chunk))
     for a, t, s in jobs:
         rows.append({"label": labels[a], "template": templates[t], "sample": s, "text": out[(a, t, s)],
                      "label_for_acc": (template_label[t] if (method == "vtg" and template_label) else labels[a])})

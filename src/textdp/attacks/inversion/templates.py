@@ -174,3 +174,18 @@ def template_labels(templates: Sequence[str], texts: Sequence[str], labels: Sequ
         c = Counter(y for t, y in zip(low, labels) if needle in t)
         out.append(sorted(c, key=lambda y: (-c[y], y))[0] if c else default)
     return out
+
+
+def jobs_by_prefix_length(tpl_ids, n_labels: int, n_samples: int, batch_size: int):
+    """The generation jobs ``(label, template, sample)`` in batches of at most ``batch_size`` whose templates
+    have the same number of tokens (``tpl_ids[t]``: the token ids of template ``t``), shortest first, so
+    that each batch's prefixes stack into one tensor without padding."""
+    by_len: dict[int, list] = {}
+    for a in range(n_labels):
+        for t in range(len(tpl_ids)):
+            for s in range(n_samples):
+                by_len.setdefault(len(tpl_ids[t]), []).append((a, t, s))
+    for L in sorted(by_len):
+        group = by_len[L]
+        for b in range(0, len(group), batch_size):
+            yield group[b:b + batch_size]
