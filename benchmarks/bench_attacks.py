@@ -116,17 +116,20 @@ def _cfg(a):
     return preset_config("memorising")
 
 
-def tune(a) -> int:
-    """Issue 18 item 4: TR knobs on the public proxy; writes the selection to --tuning-file."""
+def _start(a):
+    """A verdict/tuning run's start: torch's threads (--threads), a flushing printer, the clocks, the config."""
     import torch
-
-    from textdp.attacks.inversion.verdict import TUNING_GRID, tune_on_public
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    log = lambda s: print(s, flush=True)  # noqa: E731
-    t0, c0 = time.perf_counter(), time.process_time()
-    cfg = _cfg(a)
+    return (lambda s: print(s, flush=True)), time.perf_counter(), time.process_time(), _cfg(a)
+
+
+def tune(a) -> int:
+    """Issue 18 item 4: TR knobs on the public proxy; writes the selection to --tuning-file."""
+    from textdp.attacks.inversion.verdict import TUNING_GRID, tune_on_public
+
+    log, t0, c0, cfg = _start(a)
     M = _models(cfg, tune=True, log=log)
     proxy = M["proxy"]
     print(f"public proxy: {len(proxy.private)} public texts as members (+{len(proxy.canaries.inserted)} proxy "
@@ -219,11 +222,7 @@ def verdict(a) -> int:
     from textdp.attacks.inversion.canaries import canary_search
     from textdp.attacks.inversion.verdict import Scorer, apply_tuning, attack_seed, canary_control, seed_metrics
 
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    log = lambda s: print(s, flush=True)  # noqa: E731
-    t0, c0 = time.perf_counter(), time.process_time()
-    cfg = _cfg(a)
+    log, t0, c0, cfg = _start(a)
     sel = None
     if not a.no_tuning and Path(a.tuning_file).exists():
         sel = json.loads(Path(a.tuning_file).read_text())
