@@ -17,8 +17,8 @@ from textdp.audit.metric import cp_log_ratio_lower
 from textdp.errors import ParameterError
 from textdp.noise import DEFAULT_ETA
 from textdp.sanitize import make_mechanism
-from textdp.sanitize._gumbel_kernels import _top_k
-from textdp.sanitize.gumbel import TruncatedGumbel, _top_k_numpy, mldp_scale
+from textdp.sanitize._gumbel_kernels import exact_sq
+from textdp.sanitize.gumbel import NeighbourLists, TruncatedGumbel, _exact_sq_numpy, mldp_scale
 
 DISTRIBUTION_TESTED = ("truncated-gumbel",)
 AUDITED = ("truncated-gumbel",)
@@ -197,28 +197,144 @@ def test_scale_matches_mldp_texts_formula(small_emb):
     assert any("negative" in s for s in flipped.card_warnings())
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_top_k_kernel_orders_by_distance_then_column(seed):
-    g0 = np.random.Generator(np.random.PCG64(seed))  # test data
-    g = np.round(g0.random((50, 300)) * 20) / 20  # many ties
-    for k in (1, 5, 37, 300):
-        np.testing.assert_array_equal(_top_k(g, k, np.empty((50, k), dtype=np.int64)), _top_k_numpy(g, k))
+# ------------------------------------------------------------------------------------------ the neighbour lists
+def _brute_lists(y, x_rows, vectors, k):
+    """The rule, by brute force: the k columns of smallest (exact squared distance, column)."""
+    cols, dist = [], []
+    for r in x_rows:
+        e = _exact_sq_numpy(vectors[r], y)
+        order = np.lexsort((np.arange(len(y)), e))[:k]
+        cols.append(order)
+        dist.append(np.sqrt(e[order]))
+    return np.array(cols), np.array(dist)
+
+
+def test_exact_distance_kernel_is_its_numpy_twin():
+    """The kernel sums (x_t - y_t)^2 in float64 in one fixed order, without reassociation or fused
+    multiply-adds: bit for bit the numpy twin's column-by-column accumulation."""
+    g = np.random.Generator(np.random.PCG64(4))  # test data
+    for dtype in (np.float32, np.float64):
+        y = (g.standard_normal((2000, 50)) * 3).astype(dtype)
+        for _ in range(5):
+            x = g.standard_normal(50) * 3
+            cols = np.arange(2000)
+            np.testing.assert_array_equal(exact_sq(x, y, cols, np.empty(2000)), _exact_sq_numpy(x, y))
+    y = np.full((1, 50), 1.5, dtype=np.float32)
+    assert exact_sq(np.full(50, 1.5), y, np.array([0]), np.empty(1))[0] == 0.0
+
+
+@pytest.mark.parametrize("case", ["gaussian", "ties", "offset", "huge"])
+def test_lists_are_the_exact_k_nearest_by_value_then_column(case):
+    """NeighbourLists against the rule by brute force (every column scored exactly): the same columns in
+    the same order and the same distances, bit for bit. "ties": coordinates on a grid of 1/2 (many equal
+    distances: the column decides); "offset": a table far from the origin (large norms: the float32
+    prefilter's bound grows with them); "huge": an entry of 1e20 (no float32 prefilter: every column is
+    scored exactly). Inputs include words outside the output vocabulary."""
+    g = np.random.Generator(np.random.PCG64(7))  # test data
+    v, m = 3000, 8
+    vec = g.standard_normal((v + 200, m))
+    if case == "ties":
+        vec = np.round(vec * 2) / 2
+    elif case == "offset":
+        vec = vec + 300.0
+    elif case == "huge":
+        vec[5, 0] = 1e20
+    vec = vec if case == "huge" else vec.astype(np.float32)
+    out = np.sort(g.choice(v + 200, v, replace=False))
+    lists = NeighbourLists(vec, out, vec.mean(axis=0))
+    assert (lists.tiles is None) == (case == "huge")
+    x_rows = g.choice(v + 200, 150, replace=False)
+    y = vec[out]
+    for k in (1, 7, 32, v):
+        cols, dist = lists.compute(x_rows, k, block_rows=64)
+        ref_cols, ref_dist = _brute_lists(y, x_rows, vec, k)
+        np.testing.assert_array_equal(cols, ref_cols)
+        np.testing.assert_array_equal(dist, ref_dist)
+    own = np.flatnonzero(np.isin(x_rows, out))
+    assert len(own) and (dist[own, 0] == 0.0).all()  # d(x, x) = 0 exactly for an output word
+    if case == "gaussian":  # the prefilter prunes: about k columns scored per word (k = 1, 7, 32, then all)
+        assert lists.scored < 1.2 * (1 + 7 + 32 + v) * len(x_rows)
+
+
+def test_lists_do_not_depend_on_the_other_words_or_the_block():
+    g = np.random.Generator(np.random.PCG64(8))  # test data
+    vec = g.standard_normal((4000, 16)).astype(np.float32)
+    lists = NeighbourLists(vec, np.arange(0, 4000, 2), vec.mean(axis=0))
+    rows = g.choice(4000, 300, replace=False)
+    cols, dist = lists.compute(rows, 32, block_rows=128)
+    for i in range(20):
+        one = lists.compute(rows[i:i + 1], 32, block_rows=1)
+        np.testing.assert_array_equal(one[0][0], cols[i])
+        np.testing.assert_array_equal(one[1][0], dist[i])
+    rc, rd = lists.compute(rows[::-1], 32, block_rows=7)
+    np.testing.assert_array_equal(rc[::-1], cols)
+    np.testing.assert_array_equal(rd[::-1], dist)
 
 
 def test_draws_do_not_depend_on_blocks_or_chunks(make_emb):
     emb = make_emb(v=300, m=4, seed=1)
-    m = _mech(emb, 2.0)
     rows = np.tile(np.arange(300), 3)
-    a = m.sample_rows(rows, rng=3)
+    a = _mech(emb, 2.0).sample_rows(rows, rng=3)
     import textdp.sanitize.gumbel as gm
 
-    old = gm._BLOCK
-    gm._BLOCK = 7
+    old = gm._BLOCK, gm._CHUNK
+    gm._BLOCK, gm._CHUNK = 7, 50
     try:
-        b = m.sample_rows(rows, rng=3)
+        b = _mech(emb, 2.0).sample_rows(rows, rng=3)  # a fresh mechanism: its lists are computed in blocks of 7
     finally:
-        gm._BLOCK = old
+        gm._BLOCK, gm._CHUNK = old
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_records_output_does_not_depend_on_the_other_records(make_emb):
+    """design.md: the law of one record depends only on that record. Sanitize a corpus, then each
+    document alone at the same record index of the same seeded release (a fresh mechanism per document,
+    and one mechanism whose memoised lists fill up document by document): the same outputs. Inputs
+    include words outside the output vocabulary."""
+    emb = make_emb(v=400, m=6, seed=2)
+    vocab = [f"w{i}" for i in range(0, 400, 2)]
+    g = np.random.Generator(np.random.PCG64(5))  # test data
+    docs = [" ".join(f"w{j}" for j in g.integers(0, 400, int(g.integers(1, 30)))) for _ in range(40)]
+
+    def mech():
+        return TruncatedGumbel(emb, epsilon=3.0, rng=17, output_vocabulary=vocab)
+
+    whole = mech().sanitize(docs)
+    assert sum(a != b for a, b in zip(whole, docs)) > 30  # the mechanism does change the documents
+    memo = mech()
+    memo.begin_release()
+    for i, d in enumerate(docs):
+        alone = mech()
+        alone.begin_release()
+        assert alone.sanitize_with_stats([d], first_record=i)[0] == [whole[i]]
+        assert memo.sanitize_with_stats([d], first_record=i)[0] == [whole[i]]
+
+
+def test_memoised_lists_give_a_fresh_mechanisms_draws(make_emb):
+    """A second call reuses the first call's lists (nothing recomputed) and draws what a fresh mechanism
+    draws from the same key."""
+    emb = make_emb(v=2000, m=8, seed=3)
+    g = np.random.Generator(np.random.PCG64(6))  # test data
+    first, second = g.integers(0, 2000, 3000), g.integers(0, 1000, 3000)
+    m = _mech(emb, 3.0)
+    m.sample_rows(np.concatenate([first, np.arange(1000)]), rng=1)
+    listed = m._lists.listed
+    a = m.sample_rows(second, rng=3)
+    assert m._lists.listed == listed  # every word of the second call was memoised by the first
+    np.testing.assert_array_equal(a, _mech(emb, 3.0).sample_rows(second, rng=3))
+
+
+def test_k_beyond_the_lists_takes_the_same_exact_rule(make_emb):
+    """Tokens whose k exceeds the memoised list length get their word's k nearest by the same rule: with
+    lists of 3 (k > 3 for most tokens at n = 300) the draws equal those with the default 32."""
+    emb = make_emb(v=300, m=4, seed=9)
+    rows = np.tile(np.arange(300), 4)
+    short = _mech(emb, 2.0)
+    short.neighbours = 3
+    a = short.sample_rows(rows, rng=8)
+    assert short._lists.k == 3 and short._lists.listed > 300  # longer lists were computed for k > 3
+    np.testing.assert_array_equal(a, _mech(emb, 2.0).sample_rows(rows, rng=8))
+    assert (short.sample_k(len(rows), rng=8) > 3).mean() > 0.3
 
 
 # ------------------------------------------------------------------------------------------ parameters

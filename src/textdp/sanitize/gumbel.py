@@ -2,7 +2,8 @@
 Device.* arXiv 2107.07923, 2021), as implemented by mldp-text 0.1.2 (``mldp_text/mechanisms.py``
 ``TruncatedGumbel``, ``mldp_text/utils.py`` ``truncated_Poisson``, ``truncated_Gumbel``): the k nearest
 output words of the input, k from a truncated Poisson, each distance perturbed by truncated Gumbel noise,
-the smallest noisy distance wins.
+the smallest noisy distance wins. The nearest words are by exact float64 distance, memoised per input word
+(:class:`NeighbourLists`).
 
 The paper claims ``eps·d`` metric DP for this calibration. textdp's audit (tests/sanitize/test_gumbel.py)
 refutes that claim on a 12-word table, so this module claims no metric guarantee: only the plain-DP worst
@@ -20,34 +21,201 @@ from textdp.accounting import MetricDP
 from textdp.errors import ParameterError
 from textdp.noise import keyed
 from textdp.sanitize.base import TokenSanitizer, _single_threaded_blas
-from textdp.sanitize.sampling import DistanceKernel
 
-#: distinct input words per block of the nearest-word search, at most (B x V float64: 30 MB for 30,000 words;
-#: fewer for larger vocabularies, within ``block_bytes``)
+#: neighbours memoised per input word: the ``K`` nearest output words (:class:`NeighbourLists`); a token
+#: whose drawn ``k`` exceeds it (probability below 1e-9 at n = 30,000) gets its ``k`` nearest computed then
+NEIGHBOURS = 32
+#: new distinct words per prefilter block, at most (B x V float32 scores: 15 MB for 30,000 words; fewer
+#: for larger vocabularies, within ``block_bytes``)
 _BLOCK = 128
+#: tokens per sampling chunk (progress is reported after each)
+_CHUNK = 16384
+_U64 = 2.0**-53  # unit roundoff of float64
+_U32 = 2.0**-24  # unit roundoff of float32
+#: beyond this (|x - c| Y + H), float32 could overflow: the word is scored exactly on every column
+_FLOAT32_SAFE = 1e30
 
 
-def _numba_top_k():
-    """The numba top-k kernel (:mod:`textdp.sanitize._gumbel_kernels`), or None without numba (the numpy
-    fallback :func:`_top_k_numpy` gives the same columns)."""
-    global _TOP_K
-    if _TOP_K is False:
-        try:
-            from textdp.sanitize._gumbel_kernels import _top_k
-        except ImportError:  # pragma: no cover - numba is a core dependency
-            _top_k = None
-        _TOP_K = _top_k
-    return _TOP_K
+def _gamma(n: int, u: float) -> float:
+    """Higham's ``gamma_n = n u / (1 - n u)`` (*Accuracy and Stability of Numerical Algorithms*, 2nd ed.,
+    Sec. 3.1)."""
+    return n * u / (1.0 - n * u)
 
 
-_TOP_K = False
+def _exact_sq_numpy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """:func:`textdp.sanitize._gumbel_kernels.exact_sq` in numpy: ``sum_t (x_t - y_jt)^2`` for every row
+    ``j`` of ``y`` (float ``(V, m)``), float64 ``(V,)``, accumulated over ``t = 0 .. m-1`` in that order
+    (the same roundings, hence the same numbers)."""
+    x = np.asarray(x, dtype=np.float64)
+    acc = np.zeros(len(y), dtype=np.float64)
+    for t in range(len(x)):
+        d = x[t] - np.asarray(y[:, t], dtype=np.float64)
+        acc += d * d
+    return acc
 
 
-def _top_k_numpy(g: np.ndarray, k: int) -> np.ndarray:
-    """Columns of the ``k`` smallest entries of each row of ``g``, ordered by (value, column)."""
-    cols = np.broadcast_to(np.arange(g.shape[1]), g.shape)
-    order = np.lexsort((cols, g), axis=-1)
-    return np.ascontiguousarray(order[:, :k])
+class NeighbourLists:
+    """The ``k`` nearest output words of input words, by exact float64 squared distance, memoised.
+
+    ``vectors``: the embedding table (float ``(N, m)``, rows = input rows); ``out_rows``: int64 ``(V,)``
+    the output words' rows; ``center``: float64 ``(m,)`` (public: the table's mean; it only tightens the
+    prefilter's bound); ``k``: the list length (``min(k, V)`` is kept).
+
+    **The rule.** The list of an input word ``x`` is the ``k`` output columns ``j`` of smallest
+    ``(E_j, j)``, ``E_j`` = :func:`textdp.sanitize._gumbel_kernels.exact_sq` of ``x`` and ``y_j``
+    (``sum_t (x_t - y_jt)^2`` in float64 in one fixed order), with the distances ``sqrt(E_j)``. It depends
+    only on the word, the table and the output vocabulary: not on the other words of a call, the block,
+    the BLAS or the prefilter. ``E = 0`` exactly for the word itself.
+
+    **The prefilter and its error bound.** A float32 GEMM (BLAS) scores every column:
+    ``a_j = fl32([x~, 1] . [y~_j, -h~_j])``, ``x~ = fl32(fl64(x - c))``, ``y~_j = fl32(fl64(y_j - c))``,
+    ``h~_j = fl32(h_j)``, ``h_j = ||fl64(y_j - c)||^2 / 2`` in float64: an approximation of
+    ``s_j = x_c . y_cj - ||y_cj||^2 / 2`` (``x_c = x - c``, ``y_cj = y_j - c``; ``D_j = ||x - y_j||^2 =
+    ||x_c||^2 - 2 s_j``). With ``m`` the dimension, ``e = (1 + 2^-53)(1 + 2^-24) - 1`` (the relative error
+    of one input rounding), ``gamma_n(u) = n u / (1 - n u)`` (Higham, *Accuracy and Stability of Numerical
+    Algorithms*, 2nd ed., Sec. 3.1), ``X = ||x_c||``, ``Y = max_j ||y_cj||``, ``P = X Y`` (bounds
+    ``sum_t |x_ct y_cjt|``), ``H = max_j h_j``:
+
+    * input rounding: ``((1 + e)^2 - 1) P`` for the products, plus ``e_h = max_j |h~_j - h_j| +
+      gamma_{m+3}(2^-53) H`` for the norms (the first part measured when the table is built);
+    * float32 accumulation of the ``m + 1`` terms in any order (any BLAS kernel, with or without fused
+      multiply-adds): ``gamma_{m+1}(2^-24) ((1 + e)^2 P + H + e_h)``;
+    * underflow: ``4 (m + 1) 2^-126`` absolute;
+
+    so ``|a_j - s_j| <= beta``, the sum of the three. The exact value itself: every term of ``E_j`` is
+    non-negative, so ``|E_j - D_j| <= gamma_{m+2}(2^-53) D_j <= eps_E = gamma_{m+2}(2^-53) (X + Y)^2``.
+    With ``g_j = ||x_c||^2 - 2 a_j`` (the GEMM's squared distance), ``|g_j - E_j| <= B = 2 beta + eps_E``.
+    Let ``A`` be the ``k``-th largest ``a_j`` (the ``k``-th smallest ``g_j``): the ``k`` columns with
+    ``a_i >= A`` have ``E_i <= g_i + B <= ||x_c||^2 - 2A + B``, and a column with ``a_j < A - B`` (``g_j``
+    more than ``2B`` above the ``k``-th smallest) has ``E_j >= g_j - B > ||x_c||^2 - 2A + B``: ``k``
+    columns are strictly nearer, so it is not in the list. Hence every column with ``a_j >= A - 1.1 B``
+    (1.1 covers the float64 evaluation of the bound) is scored exactly, and the list is the ``k`` best of
+    those (:func:`textdp.sanitize._gumbel_kernels.nearest_lists`). A word with ``X Y + H >= 1e30`` (or a
+    table with entries beyond 1e15 or non-finite ones) is scored exactly on every column (no float32
+    overflow). For GloVe 6B 50d's default 30,000 words and the 19,472 distinct words of Rotten Tomatoes,
+    ``1.1 B`` is 0.0009-0.0014 (the 32nd nearest squared distance: median 15.1) and 32.04 columns are
+    scored exactly per word at ``k`` = 32.
+
+    **Memory.** The memo: 4 bytes per row of the embedding table (the slot of each input row: 1.6 MB for
+    GloVe 6B's 400,000 words) and ``12 k`` bytes per distinct input word seen (int32 columns and float64
+    distances: 384 bytes at ``k`` = 32, 11.5 MB for 30,000 words); the tables: ``4 (m + 1) V`` bytes
+    (the float32 prefilter) and the output vectors C-contiguous (``4 m V`` for a float32 table): 12 MB
+    for 30,000 words of dimension 50.
+    """
+
+    def __init__(self, vectors, out_rows: np.ndarray, center: np.ndarray, k: int = NEIGHBOURS):
+        self.vectors = vectors
+        self.out_rows = np.asarray(out_rows, dtype=np.int64)
+        v = len(self.out_rows)
+        self.k = max(1, min(int(k), v))
+        whole = v == len(vectors) and np.array_equal(self.out_rows, np.arange(len(vectors)))
+        y = np.asarray(vectors if whole else vectors[self.out_rows])
+        if y.dtype not in (np.float32, np.float64):
+            y = y.astype(np.float64)
+        self.y = np.ascontiguousarray(y)
+        m = self.y.shape[1]
+        self.dim = m
+        self.center = np.asarray(center, dtype=np.float64)
+        h = np.empty(v, dtype=np.float64)
+        t = np.empty((m + 1, v), dtype=np.float32)
+        big = 0.0
+        with np.errstate(over="ignore", invalid="ignore"):
+            for s in range(0, v, 65536):  # chunked: memory O(chunk) beyond the tables
+                yc = self.y[s:s + 65536].astype(np.float64) - self.center  # fl64(y - c)
+                h[s:s + 65536] = 0.5 * np.einsum("ij,ij->i", yc, yc)
+                big = max(big, float(np.abs(yc).max(initial=0.0)))
+                t[:m, s:s + 65536] = yc.T
+            self.h_max = float(h.max(initial=0.0))
+            self.y_max = math.sqrt(2.0 * self.h_max) * (1.0 + 1e-12)
+            finite = bool(np.isfinite(h).all())
+            self.exact_only = not (finite and big < 1e15 and self.h_max < 1e29)
+            self.tiles = None
+            self.e_h = math.inf
+            if not self.exact_only:
+                t[m] = -h
+                self.e_h = (float(np.abs(t[m].astype(np.float64) + h).max(initial=0.0))
+                            + _gamma(m + 3, _U64) * self.h_max)
+                self.tiles = t
+        self.slot = np.full(len(vectors), -1, dtype=np.int32)
+        self.cols = np.empty((0, self.k), dtype=np.int32)
+        self.dist = np.empty((0, self.k), dtype=np.float64)
+        self.size = 0
+        #: columns scored exactly and words listed since the lists were built (for the benchmarks)
+        self.scored = 0
+        self.listed = 0
+
+    def slack(self, xc: np.ndarray) -> np.ndarray:
+        """``1.1 B`` (class docstring) for each centred query ``xc`` (float64 ``(B, m)``), ``inf`` where the
+        float32 prefilter is not safe."""
+        m = self.dim
+        e = (1.0 + _U64) * (1.0 + _U32) - 1.0
+        x_norm = np.sqrt(np.einsum("ij,ij->i", xc, xc)) * (1.0 + 1e-12)
+        p = x_norm * self.y_max
+        beta = (((1.0 + e) ** 2 - 1.0) * p + self.e_h
+                + _gamma(m + 1, _U32) * ((1.0 + e) ** 2 * p + self.h_max + self.e_h)
+                + 4.0 * (m + 1) * 2.0**-126)
+        eps_e = _gamma(m + 2, _U64) * (x_norm + self.y_max) ** 2
+        s = 1.1 * (2.0 * beta + eps_e)
+        unsafe = ~(p + self.h_max < _FLOAT32_SAFE) | ~np.isfinite(xc).all(axis=1)
+        if self.exact_only:
+            unsafe[:] = True
+        s[unsafe] = np.inf
+        return s
+
+    def compute(self, rows: np.ndarray, k: int, block_rows: int = _BLOCK) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` nearest output columns (int32 ``(n, k)``) and their distances (float64 ``(n, k)``) of
+        the input rows ``rows`` (int64 ``(n,)``), ordered by (exact squared distance, column); ``k <= V``.
+        Not memoised. ``block_rows``: words per prefilter GEMM (the result does not depend on it)."""
+        import textdp.noise._keyed_kernels  # noqa: F401 - numba is loaded now: the keyed draws use its kernels
+        from textdp.sanitize._gumbel_kernels import nearest_lists
+
+        rows = np.asarray(rows, dtype=np.int64)
+        n, v = len(rows), len(self.out_rows)
+        cols = np.empty((n, k), dtype=np.int32)
+        dist = np.empty((n, k), dtype=np.float64)
+        scored = np.empty(n, dtype=np.int64)
+        blk = max(1, min(int(block_rows), n))
+        with _single_threaded_blas():  # one BLAS thread per GEMM: a multi-threaded one only spins here
+            for s in range(0, n, blk):
+                e = min(n, s + blk)
+                x = np.ascontiguousarray(np.asarray(self.vectors[rows[s:e]]), dtype=np.float64)
+                xc = x - self.center
+                slack = self.slack(xc)
+                if self.tiles is None:
+                    a = np.zeros((e - s, v), dtype=np.float32)
+                else:
+                    q = np.ones((e - s, self.dim + 1), dtype=np.float32)
+                    q[:, :-1] = xc
+                    a = q @ self.tiles
+                nearest_lists(a, slack, x, self.y, k, cols[s:e], dist[s:e], scored[s:e])
+        self.scored += int(scored.sum())
+        self.listed += n
+        return cols, dist
+
+    def ensure(self, rows: np.ndarray, block_rows: int = _BLOCK) -> np.ndarray:
+        """Memoise the lists of the input rows ``rows`` not seen yet; returns the slots of ``rows`` (int32
+        ``(n,)``, row indices into :attr:`cols` and :attr:`dist`)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        new = np.unique(rows[self.slot[rows] < 0])
+        if len(new):
+            cols, dist = self.compute(new, self.k, block_rows)
+            need = self.size + len(new)
+            if need > len(self.cols):
+                cap = max(need, 2 * len(self.cols), 1024)
+                c2 = np.empty((cap, self.k), dtype=np.int32)
+                d2 = np.empty((cap, self.k), dtype=np.float64)
+                c2[:self.size], d2[:self.size] = self.cols[:self.size], self.dist[:self.size]
+                self.cols, self.dist = c2, d2
+            self.cols[self.size:need] = cols
+            self.dist[self.size:need] = dist
+            self.slot[new] = np.arange(self.size, need, dtype=np.int32)
+            self.size = need
+        return self.slot[rows]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the memo (the slot array and the lists allocated)."""
+        return int(self.slot.nbytes + self.cols.nbytes + self.dist.nbytes)
 
 
 def mldp_scale(epsilon: float, n_words: int, d_min: float, d_max: float) -> float:
@@ -96,6 +264,16 @@ class TruncatedGumbel(TokenSanitizer):
     3, 10, 15, 20, 50, 1000 on that vocabulary: raising eps from 3 to 15 gives 4 times more noise).
     :meth:`formula_domain` reports where eps lies and the card warns when it is outside the domain.
 
+    **Nearest words.** "Nearest" is by the exact float64 squared distance ``sum_t (x_t - y_t)^2`` summed in
+    one fixed order (:class:`NeighbourLists`; ties by output-vocabulary column), and the noisy score uses
+    its square root (``d(x, x) = 0`` exactly). The first :data:`NEIGHBOURS` (32) nearest output words of
+    each distinct input word are computed once (a float32 GEMM prefilter with a proven error bound picks
+    the words scored exactly) and memoised on the instance: later calls, and later chunks of a streamed
+    release, reuse them (384 bytes per distinct word, plus 4 bytes per embedding row). A token whose
+    ``k`` exceeds 32 gets its word's ``k`` nearest by the same rule, computed for it. A word's list
+    depends only on the word, the table and the output vocabulary, so a record's output depends only on
+    the record, its index and the key, never on the other records of the call.
+
     **Float safety and randomness.** ``k`` is drawn exactly: integer weights ``rint(2^62 pmf_k)`` of the
     truncated Poisson (outcomes whose weight rounds to 0 -- k > 50 for n = 30,000 -- never occur)
     and one keyed uniform integer. Noise ``G_i`` for the ``i``-th nearest word comes from word ``i`` of
@@ -131,6 +309,8 @@ class TruncatedGumbel(TokenSanitizer):
              "k nearest words); law as in mldp-text 0.1.2 TruncatedGumbel")
     exact_probabilities = False
     supports_workers = False
+    #: length of the memoised neighbour lists (:class:`NeighbourLists`; the law does not depend on it)
+    neighbours = NEIGHBOURS
 
     def __init__(self, embeddings="glove-6b-50d", epsilon: float = 3.0, *, scale: float | None = None,
                  min_distance: float | None = None, max_distance: float | None = None, **kwargs):
@@ -217,8 +397,9 @@ class TruncatedGumbel(TokenSanitizer):
         c = c[: int(np.flatnonzero(c)[-1]) + 1]
         self._k_weights = c
         self._k_cdf = np.cumsum(c)
-        y_kernel = vec if n == len(vec) and np.array_equal(out, np.arange(len(vec))) else vec[out]
-        self._dkernel = DistanceKernel(y_kernel, 2.0, self._geometry()[0])  # (2/2)^2 d^2 = d^2
+        old = getattr(self, "_lists", None)  # the memo survives a re-preparation with the same output words
+        if old is None or old.vectors is not vec or not np.array_equal(old.out_rows, out):
+            self._lists = NeighbourLists(vec, out, self._geometry()[0], self.neighbours)
         # truncated Gumbel(0, b) on [-d_max, d_max]: F(g) = exp(-exp(-g/b))
         self._f_lo = math.exp(-math.exp(self.d_max / self.b)) if self.d_max / self.b < 700 else 0.0
         self._f_hi = math.exp(-math.exp(-self.d_max / self.b))
@@ -267,48 +448,52 @@ class TruncatedGumbel(TokenSanitizer):
         n_out = len(out_rows)
         out = rows.copy()  # k = 0: the word itself
         k = self._draw_k(key, streams, positions)
-        uniq, inverse = np.unique(rows, return_inverse=True)
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(np.bincount(inverse, minlength=len(uniq)))])
-        vectors = self.embeddings.vectors
-        with _single_threaded_blas():  # one BLAS thread per GEMM: a multi-threaded one only spins here
-            self._search(rows, uniq, inverse, order, bounds, k, key, streams, positions, out, progress, vectors)
+        for s in range(0, len(rows), _CHUNK):
+            e = min(len(rows), s + _CHUNK)
+            sel = s + np.flatnonzero(k[s:e] > 0)
+            if len(sel):
+                out[sel] = self._noisy_nearest(rows[sel], k[sel], key, streams[sel], positions[sel])
+            if progress is not None:
+                progress(e - s)
         mix = np.flatnonzero(keyed.keyed_bernoulli(key, streams, positions, keyed.MIX, self.eta))
         if len(mix):  # the uniform share (class docstring)
             pick = keyed.keyed_uniform_below(key, streams[mix], positions[mix], keyed.MIX_PICK, n_out)
             out[mix] = out_rows[pick.astype(np.int64)]
         return out
 
-    def _search(self, rows, uniq, inverse, order, bounds, k, key, streams, positions, out, progress, vectors):
-        """Blocks of distinct words: distances (one float64 GEMM), the ``max k`` nearest output words, the
-        noisy argmin for every occurrence with ``k > 0`` (written into ``out``)."""
+    def _noisy_nearest(self, rows, k, key, streams, positions) -> np.ndarray:
+        """Output rows of tokens with ``k >= 1``: the argmin of ``d(x, y_i) + G_i`` over the ``k`` nearest
+        output words ``y_i`` (the memoised lists; a token with ``k`` above their length gets its word's
+        ``k`` nearest by the same exact rule, computed for it), ``G_i`` from word ``i`` of the token's
+        stream."""
+        lists = self._lists
         out_rows = self.output_rows
-        n_out = len(out_rows)
-        blk = max(1, min(_BLOCK, self._block_bytes() // (8 * n_out)))  # B x V float64 within block_bytes
-        for s in range(0, len(uniq), blk):
-            e = min(len(uniq), s + blk)
-            occ = order[bounds[s]:bounds[e]]
-            occ = occ[k[occ] > 0]
-            if len(occ):
-                kk = k[occ]
-                kb = int(min(kk.max(), n_out))
-                g = self._dkernel.scaled_sq(vectors[uniq[s:e]])
-                np.maximum(g, 0.0, out=g)
-                own = self._out_pos[uniq[s:e]]  # d(x, x) = 0 exactly for an output word
-                has = np.flatnonzero(own >= 0)
-                g[has, own[has]] = 0.0
-                if _numba_top_k() is not None:
-                    cand = _numba_top_k()(g, kb, np.empty((e - s, kb), dtype=np.int64))
-                else:  # pragma: no cover
-                    cand = _top_k_numpy(g, kb)
-                dist = np.sqrt(np.take_along_axis(g, cand, axis=1))
-                wi = inverse[occ] - s
-                noise = self._gumbel(keyed.keyed_words(key, streams[occ], positions[occ], keyed.MAIN, kb))
-                score = dist[wi] + noise
-                score[np.arange(kb)[None, :] >= kk[:, None]] = np.inf
-                out[occ] = out_rows[cand[wi, np.argmin(score, axis=1)]]
-            if progress is not None:
-                progress(int(bounds[e] - bounds[s]))
+        blk = max(1, min(_BLOCK, self._block_bytes() // (4 * len(out_rows))))  # B x V float32 scores
+        res = np.empty(len(rows), dtype=np.int64)
+        small = np.flatnonzero(k <= lists.k)
+        if len(small):
+            from textdp.sanitize._gumbel_kernels import noisy_argmin
+
+            slot = lists.ensure(rows[small], blk)
+            nb = (k[small] + 7) // 8  # ChaCha20 blocks of 8 words: draw whole blocks, the first k words count
+            for b in np.unique(nb).tolist():
+                g = np.flatnonzero(nb == b)
+                t = small[g]
+                width = min(8 * b, lists.k)
+                noise = self._gumbel(keyed.keyed_words(key, streams[t], positions[t], keyed.MAIN, width))
+                noisy_argmin(lists.dist, lists.cols, slot[g], k[t], noise, out_rows, res, t)
+        big = np.flatnonzero(k > lists.k)
+        if len(big):  # k beyond the memoised lists: the same exact rule, k nearest for this word
+            words, inv = np.unique(rows[big], return_inverse=True)
+            for i, r in enumerate(words.tolist()):
+                t = big[inv == i]
+                kw = int(k[t].max())
+                cols, dist = lists.compute(np.array([r]), kw, blk)
+                w = keyed.keyed_words(key, streams[t], positions[t], keyed.MAIN, kw)
+                score = dist[0][None, :] + self._gumbel(w)
+                score[np.arange(kw)[None, :] >= k[t][:, None]] = np.inf
+                res[t] = out_rows[cols[0][np.argmin(score, axis=1)]]
+        return res
 
     # ------------------------------------------------------------------ guarantee and card
     def worst_case_epsilon(self) -> float:
