@@ -182,12 +182,14 @@ class EmbeddingPerturbation(TokenSanitizer):
         if len(rows) == 0:
             return out
         search = self._search_engine(len(rows))
-        vectors = self.embeddings.vectors
+        # the distinct words' vectors gathered once from the (memory-mapped, strided) table, in float64
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        vectors = np.asarray(self.embeddings.vectors[uniq], dtype=np.float64)
         blocks = [(s, min(len(rows), s + SEARCH_ROWS)) for s in range(0, len(rows), SEARCH_ROWS)]
 
         def run(i):
             s, e = blocks[i]
-            q = np.asarray(vectors[rows[s:e]], dtype=np.float64) + self._keyed_noise(key, streams[s:e], positions[s:e])
+            q = vectors[inverse[s:e]] + self._keyed_noise(key, streams[s:e], positions[s:e])
             first, second = self._nearest(q, self._neighbours)
             out[s:e] = self._select(q, first, second, key, streams[s:e], positions[s:e])
             return e - s
@@ -404,18 +406,18 @@ class Vickrey(Mahalanobis):
         return np.clip(p, 0.0, 1.0)
 
     def _select(self, q, first, second, key, streams, positions) -> np.ndarray:
-        ok = second >= 0
-        if not ok.any():
+        from textdp.sanitize import _nearest_kernels as kn
+
+        if not (second >= 0).any():
             return first
-        y = (self._search or self._search_engine(len(q))).y  # the output words' vectors by column, in memory (the table's values, exactly)
-        a, b = first, np.where(ok, second, first)
-        d1 = np.sqrt(((q - y[a]) ** 2).sum(axis=1))
-        d2 = np.sqrt(((q - y[b]) ** 2).sum(axis=1))
-        swap = ok & ((d2 < d1) | ((d2 == d1) & (second < first)))  # order the pair in float64
-        w1, w2 = np.where(swap, second, first), np.where(swap, first, second)
-        d1, d2 = np.where(swap, d2, d1), np.where(swap, d1, d2)
-        keep_first = keyed.keyed_bernoulli_per_token(key, streams, positions, keyed.COIN, self.first_probability(d1, d2))
-        return np.where(keep_first | ~ok, w1, w2)
+        # the output words' vectors by column, in memory (the table's values, exactly)
+        y = (self._search or self._search_engine(len(q))).y
+        n = len(q)
+        w1, w2, p = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.float64)
+        kn.vickrey_pairs(np.ascontiguousarray(q, dtype=np.float64), np.ascontiguousarray(first, dtype=np.int64),
+                         np.ascontiguousarray(second, dtype=np.int64), y, self.t, w1, w2, p)
+        keep_first = keyed.keyed_bernoulli_per_token(key, streams, positions, keyed.COIN, p)
+        return np.where(keep_first, w1, w2)
 
 
 REGISTERED = (
