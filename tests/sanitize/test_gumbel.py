@@ -324,6 +324,23 @@ def test_memoised_lists_give_a_fresh_mechanisms_draws(make_emb):
     np.testing.assert_array_equal(a, _mech(emb, 3.0).sample_rows(second, rng=3))
 
 
+def test_a_pickled_mechanism_carries_no_memo(make_emb):
+    """The memo says which input words a call held (private): a pickled copy has none, and recomputes the
+    same lists, hence the same draws."""
+    import pickle
+
+    emb = make_emb(v=500, m=6, seed=4)
+    rows = np.random.Generator(np.random.PCG64(7)).integers(0, 500, 800)  # test data
+    m = _mech(emb, 3.0)
+    a = m.sample_rows(rows, rng=2)
+    assert m._lists.size > 0 and (m._lists.slot >= 0).sum() == m._lists.size
+    copy = pickle.loads(pickle.dumps(m._lists))
+    assert copy.size == 0 and copy.cols.shape[0] == 0 and (copy.slot < 0).all()
+    m._lists = copy
+    np.testing.assert_array_equal(m.sample_rows(rows, rng=2), a)
+    assert copy.size == m._lists.size > 0
+
+
 def test_k_beyond_the_lists_takes_the_same_exact_rule(make_emb):
     """Tokens whose k exceeds the memoised list length get their word's k nearest by the same rule: with
     lists of 3 (k > 3 for most tokens at n = 300) the draws equal those with the default 32."""

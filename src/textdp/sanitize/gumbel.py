@@ -212,6 +212,16 @@ class NeighbourLists:
             self.size = need
         return self.slot[rows]
 
+    def __getstate__(self) -> dict:
+        """A pickled copy (a mechanism sent to a worker or saved) carries no memo: which input words were
+        listed is a fact about the private corpus; the copy recomputes the same lists when it needs them."""
+        state = self.__dict__.copy()
+        state["slot"] = np.full(len(self.slot), -1, dtype=np.int32)
+        state["cols"] = np.empty((0, self.k), dtype=np.int32)
+        state["dist"] = np.empty((0, self.k), dtype=np.float64)
+        state["size"] = state["scored"] = state["listed"] = 0
+        return state
+
     @property
     def nbytes(self) -> int:
         """Bytes held by the memo (the slot array and the lists allocated)."""
