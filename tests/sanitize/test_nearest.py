@@ -217,3 +217,36 @@ def test_mechanism_output_is_the_same_with_either_prefilter(monkeypatch, name):
         monkeypatch.setattr(EmbeddingPerturbation, "nearest_prefilter", prefilter)
         outs.append(make_mechanism(name, "glove-6b-50d", 3.0, rng=5, workers=workers).sanitize(text))
     assert outs[0] == outs[1] == outs[2]
+
+
+@pytest.mark.parametrize("t", [0.0, 0.3, 0.5, 1.0])
+def test_vickrey_pairs_kernel_matches_the_numpy_rule(t):
+    """The kernel's pair order and coin probability equal the numpy formulation it replaced (distances
+    in float64, the pair ordered by (distance, column), p = (1-t) d2 / (t d1 + (1-t) d2), 1 on a zero
+    denominator or without a second word), including exact ties and q exactly on a word."""
+    from textdp.sanitize._nearest_kernels import vickrey_pairs
+
+    g = np.random.Generator(np.random.PCG64(21))  # test data
+    y = np.round(g.normal(size=(40, 5)), 1).astype(np.float32)
+    y[7] = y[3]  # two words at the same point: equal distances, order by column
+    q = g.normal(size=(600, 5))
+    q[:20] = y[g.integers(0, 40, 20)]  # noisy points exactly on a word
+    first, second = g.integers(0, 40, 600), g.integers(0, 40, 600)
+    first[20:40], second[20:40] = 7, 3
+    second[40:60] = -1
+    w1, w2, p = (np.empty(600, dtype=np.int64), np.empty(600, dtype=np.int64), np.empty(600))
+    vickrey_pairs(q, first, second, y.astype(np.float32), t, w1, w2, p)
+    yd = y.astype(np.float64)
+    ok = second >= 0
+    b = np.where(ok, second, first)
+    d1 = np.sqrt(((q - yd[first]) ** 2).sum(axis=1))
+    d2 = np.sqrt(((q - yd[b]) ** 2).sum(axis=1))
+    swap = ok & ((d2 < d1) | ((d2 == d1) & (second < first)))
+    e1, e2 = np.where(swap, second, first), np.where(swap, first, b)
+    d1, d2 = np.where(swap, d2, d1), np.where(swap, d1, d2)
+    num, den = (1 - t) * d2, t * d1 + (1 - t) * d2
+    ep = np.where(ok, np.clip(np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0), 0, 1), 1.0)
+    np.testing.assert_array_equal(w1, e1)
+    np.testing.assert_array_equal(w2[ok], e2[ok])
+    np.testing.assert_allclose(p, ep, rtol=1e-12, atol=0)
+    assert (w1[20:40] == 3).all() and (p[40:60] == 1.0).all()

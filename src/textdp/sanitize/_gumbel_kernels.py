@@ -12,14 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-
-@njit(nogil=True, cache=True, inline="always")
-def _sq(x, y, j):  # pragma: no cover - compiled
-    acc = 0.0
-    for t in range(x.shape[0]):
-        d = x[t] - np.float64(y[j, t])
-        acc += d * d
-    return acc
+from textdp.sanitize._nearest_kernels import sq_distance as _sq  # the shared exact squared distance
 
 
 @njit(nogil=True, cache=True)

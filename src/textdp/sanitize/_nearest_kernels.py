@@ -270,36 +270,23 @@ def scan_tile_f32(g, s0, nq, q, y, h, cols, b0, c, k, bs, bj, skip, cm, m1, m2, 
     _merge(g, s0, nq, cm, nch, thr, q, y, h, cols, k, bs, bj)
 
 
-@njit(nogil=True, cache=True)
-def _sq_distance(q, i, y, j):  # pragma: no cover - compiled
-    """``sum_t (q[i, t] - y[j, t])^2`` in float64, in :func:`_dot`'s fixed order."""
-    m = q.shape[1]
-    a0 = 0.0
-    a1 = 0.0
-    a2 = 0.0
-    a3 = 0.0
-    t = 0
-    while t + 4 <= m:
-        d0 = np.float64(q[i, t]) - np.float64(y[j, t])
-        d1 = np.float64(q[i, t + 1]) - np.float64(y[j, t + 1])
-        d2 = np.float64(q[i, t + 2]) - np.float64(y[j, t + 2])
-        d3 = np.float64(q[i, t + 3]) - np.float64(y[j, t + 3])
-        a0 += d0 * d0
-        a1 += d1 * d1
-        a2 += d2 * d2
-        a3 += d3 * d3
-        t += 4
-    while t < m:
-        d0 = np.float64(q[i, t]) - np.float64(y[j, t])
-        a0 += d0 * d0
-        t += 1
-    return (a0 + a1) + (a2 + a3)
+@njit(nogil=True, cache=True, inline="always")
+def sq_distance(x, y, j):  # pragma: no cover - compiled
+    """``sum_t (x[t] - y[j, t])^2`` in float64 for a float64 row ``x`` ``(m,)`` and a float table ``y``,
+    ``t`` in increasing order (one rounding for each difference, square and addition; compiled without
+    fastmath, so no reassociation and no fused multiply-add): the one definition of an exact squared
+    distance, shared with :mod:`textdp.sanitize._gumbel_kernels`."""
+    acc = 0.0
+    for t in range(x.shape[0]):
+        d = x[t] - np.float64(y[j, t])
+        acc += d * d
+    return acc
 
 
 @njit(nogil=True, cache=True)
 def vickrey_pairs(q, first, second, y, t, w1, w2, p):  # pragma: no cover - compiled
     """Vickrey's pair of each noisy point ``q[i]`` (:class:`textdp.sanitize.perturbation.Vickrey`): the
-    distances ``d1``, ``d2`` (float64, :func:`_sq_distance`'s order, square root) to the columns
+    distances ``d1``, ``d2`` (float64: the square root of :func:`sq_distance`) to the columns
     ``first[i]`` and ``second[i]`` of ``y`` (``second[i] = -1``: no second word), the pair ordered by
     (distance, column) into ``w1[i]``, ``w2[i]``, and ``p[i] = (1 - t) d2 / (t d1 + (1 - t) d2)`` (1 where
     the denominator is 0 or there is no second word), clipped to [0, 1]."""
@@ -311,8 +298,8 @@ def vickrey_pairs(q, first, second, y, t, w1, w2, p):  # pragma: no cover - comp
             w2[i] = a
             p[i] = 1.0
             continue
-        d1 = np.sqrt(_sq_distance(q, i, y, a))
-        d2 = np.sqrt(_sq_distance(q, i, y, b))
+        d1 = np.sqrt(sq_distance(q[i], y, a))
+        d2 = np.sqrt(sq_distance(q[i], y, b))
         if d2 < d1 or (d2 == d1 and b < a):
             a, b = b, a
             d1, d2 = d2, d1
