@@ -480,3 +480,15 @@ def test_mldp_text_formulas():
     inv = _inv_sqrtm(sig)
     assert stats.ks_2samp(np.linalg.norm(z_mldp @ inv, axis=1), np.linalg.norm(z_ours @ inv, axis=1)).pvalue > ALPHA
     assert stats.ks_2samp(z_mldp[:, 0], z_ours[:, 0]).pvalue > ALPHA
+
+
+def test_the_vector_gather_above_its_memory_cap_draws_the_same(monkeypatch):
+    """Above ``_GATHER_BYTES`` the distinct words' vectors are read block by block: the same draws."""
+    import textdp.sanitize.perturbation as pert
+
+    emb = _table(v=30, m=4)
+    rows = np.random.Generator(np.random.PCG64(4)).integers(0, 30, 2000)  # test data
+    a = Vickrey(emb, 2.0, output_vocabulary="full").sample_rows(rows, make_rng(3))
+    monkeypatch.setattr(pert, "_GATHER_BYTES", 0)
+    b = Vickrey(emb, 2.0, output_vocabulary="full").sample_rows(rows, make_rng(3))
+    np.testing.assert_array_equal(a, b)

@@ -314,3 +314,23 @@ def test_santext_plus_card_and_terminal_explain_the_unbounded_worst_case(tmp_pat
     summary = json.loads(r.stdout[r.stdout.index("{"):])
     assert "tokens_per_second" in summary["private"] and "tokens_per_second" not in summary
     assert any("named after the input" in w for w in summary["private"]["warnings"])
+
+
+@pytest.mark.parametrize("name", [n for n in SANITIZERS if n not in DOCUMENT_LEVEL])
+def test_a_pickled_mechanism_leaves_the_last_calls_statistics_behind(name):
+    """``last_stats`` holds the last call's exact counts of a private input: a pickled or deep-copied
+    mechanism carries none, and still draws what the original draws."""
+    import copy
+    import pickle
+
+    emb = _emb()
+    a, _ = _corpora()
+    mech = _mech(name, emb, rng=3)
+    mech.sanitize(a)
+    assert mech.last_stats is not None and mech.last_stats.tokens > 0
+    for clone in (pickle.loads(pickle.dumps(mech)), copy.deepcopy(mech)):
+        assert clone.last_stats is None
+        assert mech.last_stats is not None  # the original keeps its own
+    twin = _mech(name, emb, rng=3)
+    twin.sanitize(a)
+    assert pickle.loads(pickle.dumps(twin)).sanitize(a) == mech.sanitize(a)

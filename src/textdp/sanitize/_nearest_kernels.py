@@ -305,7 +305,22 @@ def vickrey_pairs(q, first, second, y, t, w1, w2, p):  # pragma: no cover - comp
             d1, d2 = d2, d1
         w1[i] = a
         w2[i] = b
-        num = (1.0 - t) * d2
-        den = t * d1 + num
-        v = num / den if den > 0 else 1.0
-        p[i] = min(1.0, max(0.0, v))
+        p[i] = vickrey_p(d1, d2, t)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def vickrey_p(d1, d2, t):  # pragma: no cover - compiled
+    """Vickrey's probability of the nearer word: ``(1 - t) d2 / (t d1 + (1 - t) d2)``, 1 where the
+    denominator is 0, clipped to [0, 1] (the one definition: :func:`vickrey_pairs` and
+    :meth:`textdp.sanitize.perturbation.Vickrey.first_probability`)."""
+    num = (1.0 - t) * d2
+    den = t * d1 + num
+    v = num / den if den > 0 else 1.0
+    return min(1.0, max(0.0, v))
+
+
+@njit(nogil=True, cache=True)
+def vickrey_probabilities(d1, d2, t, out):  # pragma: no cover - compiled
+    """``out[i] = vickrey_p(d1[i], d2[i], t)`` for float64 arrays of one length."""
+    for i in range(out.shape[0]):
+        out[i] = vickrey_p(d1[i], d2[i], t)

@@ -130,7 +130,7 @@ def _single_threaded_blas():
     """Limit BLAS to one thread while our own worker threads run (avoids oversubscription)."""
     try:
         from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+    except ImportError:  # pragma: no cover - threadpoolctl is a core dependency
         yield
         return
     with threadpool_limits(limits=1, user_api="blas"):
@@ -256,6 +256,14 @@ class ReleaseKeys:
         obj = super().__new__(cls)
         obj._init_call = (args, dict(kwargs))
         return obj
+
+    def __getstate__(self) -> dict:
+        """A pickled copy (``pickle``, ``cloudpickle``, ``copy.deepcopy``) leaves :attr:`last_stats` behind:
+        the last call's exact counts are statistics of a private input (the card leaves them out too)."""
+        state = self.__dict__.copy()
+        if "last_stats" in state:
+            state["last_stats"] = None
+        return state
 
     def _init_keys(self, rng) -> None:
         self._gen = None  # a caller's Generator, which release keys are drawn from

@@ -32,6 +32,8 @@ from textdp.noise.keyed import ReleaseKey
 from textdp.sanitize.base import TokenSanitizer, check_unit, run_blocks
 from textdp.sanitize.nearest import SEARCH_ROWS, NearestSearch
 
+#: the largest float64 copy of the distinct words' vectors a call gathers at once (beyond it: block by block)
+_GATHER_BYTES = 64 * 2**20
 #: what the card's ``nearest_search`` parameter says (the only search: exact; see docs/performance.md for the
 #: cluster index that was measured and not kept)
 NEAREST_SEARCH = "exact"
@@ -182,14 +184,19 @@ class EmbeddingPerturbation(TokenSanitizer):
         if len(rows) == 0:
             return out
         search = self._search_engine(len(rows))
-        # the distinct words' vectors gathered once from the (memory-mapped, strided) table, in float64
+        # the distinct words' vectors gathered once from the (memory-mapped, strided) table, in float64, when
+        # they take at most _GATHER_BYTES (64 MiB: 167,000 words of dimension 50); else block by block
         uniq, inverse = np.unique(rows, return_inverse=True)
-        vectors = np.asarray(self.embeddings.vectors[uniq], dtype=np.float64)
+        table = self.embeddings.vectors
+        if len(uniq) * self.embeddings.dim * 8 <= _GATHER_BYTES:
+            vectors, index = np.asarray(table[uniq], dtype=np.float64), inverse
+        else:
+            vectors, index = table, rows
         blocks = [(s, min(len(rows), s + SEARCH_ROWS)) for s in range(0, len(rows), SEARCH_ROWS)]
 
         def run(i):
             s, e = blocks[i]
-            q = vectors[inverse[s:e]] + self._keyed_noise(key, streams[s:e], positions[s:e])
+            q = np.asarray(vectors[index[s:e]], dtype=np.float64) + self._keyed_noise(key, streams[s:e], positions[s:e])
             first, second = self._nearest(q, self._neighbours)
             out[s:e] = self._select(q, first, second, key, streams[s:e], positions[s:e])
             return e - s
@@ -398,12 +405,13 @@ class Vickrey(Mahalanobis):
 
     def first_probability(self, d1, d2) -> np.ndarray:
         """``p = (1 - t) d2 / (t d1 + (1 - t) d2)`` (1 where the denominator is 0), float64."""
-        d1, d2 = np.asarray(d1, dtype=np.float64), np.asarray(d2, dtype=np.float64)
-        num = (1.0 - self.t) * d2
-        den = self.t * d1 + num
-        with np.errstate(invalid="ignore", divide="ignore"):
-            p = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
-        return np.clip(p, 0.0, 1.0)
+        from textdp.sanitize import _nearest_kernels as kn
+
+        d1, d2 = np.broadcast_arrays(np.asarray(d1, dtype=np.float64), np.asarray(d2, dtype=np.float64))
+        out = np.empty(d1.shape, dtype=np.float64)
+        kn.vickrey_probabilities(np.ascontiguousarray(d1).reshape(-1), np.ascontiguousarray(d2).reshape(-1),
+                                 self.t, out.reshape(-1))
+        return out
 
     def _select(self, q, first, second, key, streams, positions) -> np.ndarray:
         from textdp.sanitize import _nearest_kernels as kn
