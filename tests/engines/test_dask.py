@@ -130,3 +130,39 @@ def test_bad_input_in_a_task_is_raised_once_neither_retried_nor_logged(dask_engi
     logs = "\n".join(msg for recs in dask_engine.client.get_worker_logs().values() for _, msg in recs)
     assert "body-refused" not in logs
     assert dask_engine.map(abs, [-3]) == [3]  # the engine still runs jobs
+
+
+_START_THEN_WAIT = """
+import time
+from textdp.engines.dask import DaskEngine
+eng = DaskEngine(workers=2).start()
+eng._client.run(lambda: 1)  # both workers up
+print("ready", flush=True)
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    eng.close()
+"""
+
+
+def test_a_terminals_ctrl_c_reaches_the_driver_only():
+    """A terminal's Ctrl-C sends SIGINT to the whole process group: the LocalCluster's worker processes
+    ignore it (no worker traceback), the driver gets KeyboardInterrupt and closes the cluster."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", _START_THEN_WAIT], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert "interrupted" in out
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert p.returncode == 0, err

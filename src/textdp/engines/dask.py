@@ -25,6 +25,8 @@ driver and released as soon as each task finishes).
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import uuid
 from typing import Any, Callable, Sequence
@@ -53,6 +55,25 @@ def _job_tasks_on_worker(prefix: str, dask_worker=None) -> int:
     return sum(1 for key, ts in list(dask_worker.state.tasks.items())
                if isinstance(key, str) and key.startswith(prefix) and ts.state in _LIVE_STATES)
 
+
+
+@contextlib.contextmanager
+def _sigint_ignored_by_children():
+    """SIGINT ignored while the LocalCluster starts its worker processes (restored after): they inherit the
+    disposition, so a terminal's Ctrl-C, which reaches the whole process group, interrupts the driver only.
+    The driver then cancels the job and closes the cluster (one error line, no worker tracebacks). Only
+    in the main thread (elsewhere Python cannot change a signal handler, and nothing is changed)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 class _Opaque:
     """An item as a task argument whose repr (shown in Dask's failure log) hides its content."""
@@ -173,7 +194,7 @@ class DaskEngine(Engine):
         # and no statistical profiler thread samples the tasks (it costs CPU on every worker)
         with dask.config.set({"distributed.worker.memory.target": False,
                               "distributed.worker.memory.spill": False,
-                              "distributed.worker.profile.enabled": False}):
+                              "distributed.worker.profile.enabled": False}), _sigint_ignored_by_children():
             cluster = LocalCluster(n_workers=self._n_local, threads_per_worker=1, processes=True,
                                    dashboard_address=None, host="127.0.0.1", silence_logs=logging.ERROR,
                                    # no dashboard; the scheduler's small HTTP server (health,
