@@ -133,7 +133,11 @@ def test_bad_input_in_a_task_is_raised_once_neither_retried_nor_logged(dask_engi
 
 
 _START_THEN_WAIT = """
+import signal
 import time
+# a terminal's default: a shell that starts a background job without job control (nohup ... &, some CI
+# runners) makes it ignore SIGINT, and its children inherit that
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from textdp.engines.dask import DaskEngine
 eng = DaskEngine(workers=2).start()
 eng._client.run(lambda: 1)  # both workers up
