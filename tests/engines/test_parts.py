@@ -64,6 +64,18 @@ def _entries(ledger_dir):
     return out
 
 
+def _fail_from_record(monkeypatch, first: int, exc: BaseException) -> None:
+    """Tasks whose first record is ``first`` or later raise ``exc`` (the earlier parts commit)."""
+    real = P.sanitize_records
+
+    def failing(plan, texts, first_record):
+        if first_record >= first:
+            raise exc
+        return real(plan, texts, first_record)
+
+    monkeypatch.setattr(P, "sanitize_records", failing)
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
 def test_seeded_output_does_not_depend_on_the_split(tmp_path, fmt):
     """3 parts, 1 file, and another split give byte-identical texts, equal to the stand-alone call."""
@@ -185,14 +197,8 @@ def test_failing_task_leaves_nothing_and_cancels_the_reservation(tmp_path, monke
     before = _digests(src)
     led_dir = tmp_path / "led"
     out = tmp_path / "new" / "out"
-    real = P.sanitize_records
-
-    def fail_on_last_part(plan, texts, first):
-        if first >= 9:  # the third part: the first two are committed by then (Ctrl-C: KeyboardInterrupt)
-            raise error("injected task failure")
-        return real(plan, texts, first)
-
-    monkeypatch.setattr(P, "sanitize_records", fail_on_last_part)
+    # the third part fails: the first two are committed by then (Ctrl-C: KeyboardInterrupt)
+    _fail_from_record(monkeypatch, 9, error("injected task failure"))
     with pytest.raises(error, match="injected"):
         sanitize_parts(src, out, _mech(), ledger=led_dir)
     assert not out.exists() and not out.parent.exists()  # the folders it made are gone too
@@ -205,13 +211,6 @@ def test_parts_that_cannot_be_deleted_keep_the_charge(tmp_path, monkeypatch):
     src = _write_parts(tmp_path / "in", [4, 5, 3])
     led_dir = tmp_path / "led"
     out = tmp_path / "out"
-    real = P.sanitize_records
-
-    def fail_on_last_part(plan, texts, first):
-        if first >= 9:
-            raise RuntimeError("injected task failure")
-        return real(plan, texts, first)
-
     real_unlink = type(out).unlink
 
     def stuck(self, *a, **kw):
@@ -219,7 +218,7 @@ def test_parts_that_cannot_be_deleted_keep_the_charge(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied", str(self))
         return real_unlink(self, *a, **kw)
 
-    monkeypatch.setattr(P, "sanitize_records", fail_on_last_part)
+    _fail_from_record(monkeypatch, 9, RuntimeError("injected task failure"))
     monkeypatch.setattr(type(out), "unlink", stuck)
     with pytest.raises(OutputError) as exc:
         sanitize_parts(src, out, _mech(), ledger=led_dir)
@@ -254,14 +253,7 @@ def test_overwrite_replaces_only_on_success(tmp_path, monkeypatch):
     first = _digests(out)
     with pytest.raises(OutputError, match="already exists.*--overwrite"):
         sanitize_parts(src, out, _mech(seed=2), ledger=False)
-    real = P.sanitize_records
-
-    def boom(plan, texts, first_record):
-        if first_record >= 4:
-            raise RuntimeError("injected")
-        return real(plan, texts, first_record)
-
-    monkeypatch.setattr(P, "sanitize_records", boom)
+    _fail_from_record(monkeypatch, 4, RuntimeError("injected"))
     with pytest.raises(RuntimeError):
         sanitize_parts(src, out, _mech(seed=2), ledger=False, overwrite=True)
     assert _digests(out) == first  # the earlier release is untouched by the failed job
@@ -466,14 +458,7 @@ def test_a_folder_left_by_a_killed_job_is_replaced_with_overwrite(tmp_path, monk
     _SUCCESS; the folder carries textdp's marker from the start, so a rerun with --overwrite replaces it."""
     src = _write_parts(tmp_path / "in", [4, 5, 3])
     out = tmp_path / "out"
-    real = P.sanitize_records
-
-    def boom(plan, texts, first_record):
-        if first_record >= 4:
-            raise RuntimeError("killed")
-        return real(plan, texts, first_record)
-
-    monkeypatch.setattr(P, "sanitize_records", boom)
+    _fail_from_record(monkeypatch, 4, RuntimeError("killed"))
     monkeypatch.setattr(P, "_remove_release", lambda *a, **k: [])  # the process died: nothing was cleaned up
     with pytest.raises(RuntimeError):
         sanitize_parts(src, out, _mech(), ledger=False)
