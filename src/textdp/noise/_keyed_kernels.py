@@ -10,7 +10,7 @@ import math
 import numpy as np
 from numba import njit, uint32
 
-from textdp.noise.keyed import _BLOCKS_PER_PURPOSE
+from textdp.noise.keyed import _BLOCKS_PER_PURPOSE, RADIUS_RUN
 
 
 @njit(cache=True, nogil=True)
@@ -296,7 +296,9 @@ def _bernoulli_bits_kernel(key, streams, purpose, tie_purpose, pwords, out):
 def _laplace_kernel(key, streams, positions, purpose, scale, out):
     """Noise vectors of density ∝ exp(-||z|| / scale) in R^m (m = out.shape[1]): a uniform
     direction (normalised Box-Muller Gaussians) times a Gamma(m, scale) radius (a sum of m
-    exponentials -ln U). Uniforms are U = (k + 1/2) 2^-52 with k the top 52 bits of a word."""
+    exponentials -ln U, computed as -ln of the product of each run of RADIUS_RUN uniforms: one
+    logarithm per run instead of one per uniform; a product of 16 uniforms >= 2^-53 stays a
+    normal float). Uniforms are U = (k + 1/2) 2^-52 with k the top 52 bits of a word."""
     m = out.shape[1]
     n_words = m + 2 * ((m + 1) // 2)
     two_pi = 2.0 * math.pi
@@ -305,34 +307,33 @@ def _laplace_kernel(key, streams, positions, purpose, scale, out):
     x = np.empty((16, per * nb), np.uint32)
     cnt = np.empty(per * nb, np.uint64)
     st = np.empty(per * nb, np.uint64)
+    u = np.empty(n_words, np.float64)
     for t in range(streams.size):
         t0 = t - t % per
         if t == t0:
             _lane_batch(key, streams, positions, purpose, t0, min(streams.size, t0 + per), nb, cnt, st, x)
         lane0 = (t - t0) * nb
+        for j in range(n_words):  # branch-free: vectorised
+            u[j] = (np.float64(_lane_word(x, lane0 + j // 8, j % 8) >> np.uint64(12)) + 0.5) * 2.0**-52
         radius = 0.0
+        for j0 in range(0, m, RADIUS_RUN):
+            prod = 1.0
+            for j in range(j0, min(m, j0 + RADIUS_RUN)):
+                prod *= u[j]
+            radius -= math.log(prod)
         norm2 = 0.0
-        j = 0
         k = 0
-        g0 = 0.0
-        while j < n_words:
-            u = (np.float64(_lane_word(x, lane0 + j // 8, j % 8) >> np.uint64(12)) + 0.5) * 2.0**-52
-            if j < m:
-                radius -= math.log(u)
-            elif (j - m) % 2 == 0:
-                g0 = u
-            else:
-                r = math.sqrt(-2.0 * math.log(g0))
-                a = r * math.cos(two_pi * u)
-                out[t, k] = a
-                norm2 += a * a
+        for j in range(m, n_words, 2):
+            r = math.sqrt(-2.0 * math.log(u[j]))
+            a = r * math.cos(two_pi * u[j + 1])
+            out[t, k] = a
+            norm2 += a * a
+            k += 1
+            if k < m:
+                b = r * math.sin(two_pi * u[j + 1])
+                out[t, k] = b
+                norm2 += b * b
                 k += 1
-                if k < m:
-                    b = r * math.sin(two_pi * u)
-                    out[t, k] = b
-                    norm2 += b * b
-                    k += 1
-            j += 1
         inv = 1.0 / math.sqrt(norm2) if norm2 > 0 else 0.0
         for i in range(m):
             out[t, i] = out[t, i] * inv * radius * scale
