@@ -256,16 +256,39 @@ def test_entry_point_handles_closed_pipes_and_aborts(monkeypatch, raised, code):
 
 def test_a_finished_run_ignores_late_interrupts(monkeypatch):
     """Once a command has returned (outputs and ledger release in place), SIGINT/SIGTERM/SIGHUP during
-    interpreter shutdown are ignored, so a finished run never exits 130; a failed one keeps them."""
+    interpreter shutdown are ignored (an atexit hook), so a finished run never exits 130; a failed one
+    keeps them. main() itself gives back the handlers it found: a caller running it in-process is not
+    left with signals ignored or with textdp's handler."""
+    import atexit
+
     import textdp.cli.main as m
 
     for rv, ignored in ((0, True), (None, True), (2, False)):
-        calls = []
+        hooks = []
         monkeypatch.setattr(m, "app", lambda **kw: rv)
-        monkeypatch.setattr(signal, "signal", lambda sig, handler: calls.append((sig, handler)))
+        monkeypatch.setattr(atexit, "register", lambda f: hooks.append(f))
+        before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         with pytest.raises(SystemExit) as e:
             m.main()
         assert e.value.code == (rv or 0)
-        got = {(sig, h) for sig, h in calls if h is signal.SIG_IGN}
-        assert (got == {(signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, signal.SIG_IGN),
-                        (signal.SIGHUP, signal.SIG_IGN)}) is ignored, calls
+        assert {sig: signal.getsignal(sig) for sig in before} == before
+        assert (hooks == [m._ignore_late_signals]) is ignored, hooks
+    calls = []
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: calls.append((sig, handler)))
+    m._ignore_late_signals()
+    assert set(calls) == {(signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, signal.SIG_IGN),
+                          (signal.SIGHUP, signal.SIG_IGN)}
+
+
+def test_a_finished_run_exits_0_with_signals_ignored_at_shutdown(tmp_path):
+    """The atexit hook, in a real interpreter: a SIGTERM sent to itself from a later atexit hook (which
+    runs after textdp's, hooks being last-in first-out) does not change a finished run's status 0."""
+    code = textwrap.dedent("""
+        import atexit, os, signal, sys
+        atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))  # runs after main()'s hook
+        sys.argv = ["textdp", "--version"]
+        from textdp.cli.main import main
+        main()
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr

@@ -168,11 +168,13 @@ def _usage_error_line(exc) -> str:
 
 def main() -> None:
     """Entry point: runs the app; usage errors are one line on stderr with exit code 2; Ctrl-C
-    exits 130, SIGTERM 143 and SIGHUP 129 (128 + the signal), after the same clean-up."""
-    import os
+    exits 130, SIGTERM 143 and SIGHUP 129 (128 + the signal), after the same clean-up. Called in a
+    caller's own process, it gives back the SIGTERM/SIGHUP handlers it found; a finished run ignores
+    SIGINT, SIGTERM and SIGHUP from interpreter shutdown on (an ``atexit`` hook)."""
+    global _SIGTERM_RECEIVED, _SIGNAL_RECEIVED
     import signal
-    import sys
 
+    _SIGTERM_RECEIVED, _SIGNAL_RECEIVED = False, 0  # an earlier in-process run's signal is not this run's
     try:  # typer >= 0.20 vendors click as typer._click; older typer uses click itself
         from typer._click import exceptions as cx
     except ImportError:  # pragma: no cover - depends on the installed typer
@@ -181,11 +183,41 @@ def main() -> None:
     click_error = getattr(cx, "ClickException", ())
     abort = tuple(c for c in (getattr(typer, "Abort", None), getattr(cx, "Abort", None)) if c is not None)
 
+    previous = {}
     for sig in _TERMINATING:  # SIGTERM (timeout, kill), SIGHUP (terminal closed) clean up like Ctrl-C
         try:
-            signal.signal(sig, _sigterm_to_interrupt)
+            previous[sig] = signal.signal(sig, _sigterm_to_interrupt)
         except (ValueError, OSError):  # not the main thread / unsupported platform
             pass
+    try:
+        _run(usage_error, click_error, abort)
+    finally:  # a caller that runs main() in its own process gets its handlers back
+        for sig, handler in previous.items():
+            try:
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            except (ValueError, OSError):  # pragma: no cover - set above on the same thread
+                pass
+
+
+def _ignore_late_signals() -> None:
+    """atexit hook of a finished run: SIGINT, SIGTERM and SIGHUP during interpreter shutdown are
+    ignored (the outputs and the ledger's release are in place, so the exit status stays 0)."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for sig in _TERMINATING:
+            signal.signal(sig, signal.SIG_IGN)
+    except (ValueError, OSError):  # not the main thread / unsupported platform
+        pass
+
+
+def _run(usage_error, click_error, abort) -> None:
+    """:func:`main`'s body: runs the app and exits with its status (``SystemExit``)."""
+    import atexit
+    import os
+    import sys
+
     try:
         rv = app(standalone_mode=False)
     except BrokenPipeError:  # e.g. `textdp --help | head -1`: the reader left; exit quietly
@@ -212,13 +244,9 @@ def main() -> None:
         sys.exit(128 + _SIGNAL_RECEIVED if _SIGNAL_RECEIVED else 130)
     if rv == 130 and _SIGNAL_RECEIVED:  # interrupted by SIGTERM/SIGHUP outside a command body: 128 + it
         rv = 128 + _SIGNAL_RECEIVED
-    if rv in (0, None):  # the outputs (and the ledger's release) are in place: a Ctrl-C or SIGTERM
-        try:             # during interpreter shutdown must not turn a finished run into exit 130
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            for sig in _TERMINATING:
-                signal.signal(sig, signal.SIG_IGN)
-        except (ValueError, OSError):  # not the main thread / unsupported platform
-            pass
+    if rv in (0, None):  # the outputs (and the ledger's release) are in place: a Ctrl-C or SIGTERM during
+        atexit.unregister(_ignore_late_signals)  # interpreter shutdown must not turn a finished run into
+        atexit.register(_ignore_late_signals)    # exit 130 (at exit only: an in-process caller keeps them)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
