@@ -292,3 +292,21 @@ def test_a_finished_run_exits_0_with_signals_ignored_at_shutdown(tmp_path):
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+def test_the_console_script_ignores_signals_as_soon_as_a_run_has_finished():
+    """The ``textdp`` script (``entry``): a SIGTERM sent while Python waits for threads at exit, before any
+    atexit hook runs, does not change a finished run's status 0 (with handlers given back first and the
+    signals ignored only from an atexit hook on, it exited 143)."""
+    from importlib.metadata import entry_points
+
+    assert [e.value for e in entry_points(group="console_scripts") if e.name == "textdp"] == ["textdp.cli.main:entry"]
+    code = textwrap.dedent("""
+        import os, signal, sys, threading
+        threading._register_atexit(lambda: os.kill(os.getpid(), signal.SIGTERM))  # before atexit hooks
+        sys.argv = ["textdp", "--version"]
+        from textdp.cli.main import entry
+        entry()
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr

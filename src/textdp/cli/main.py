@@ -166,11 +166,20 @@ def _usage_error_line(exc) -> str:
     return f"error: {msg} (see '{where} --help')"
 
 
-def main() -> None:
-    """Entry point: runs the app; usage errors are one line on stderr with exit code 2; Ctrl-C
-    exits 130, SIGTERM 143 and SIGHUP 129 (128 + the signal), after the same clean-up. Called in a
-    caller's own process, it gives back the SIGTERM/SIGHUP handlers it found; a finished run ignores
-    SIGINT, SIGTERM and SIGHUP from interpreter shutdown on (an ``atexit`` hook)."""
+def entry() -> None:
+    """The ``textdp`` console script: :func:`main` in a process that ends with it. A finished run
+    ignores SIGINT, SIGTERM and SIGHUP from the moment its outputs are in place, so a late signal
+    (while Python waits for threads and runs its exit hooks) never turns it into exit 130/143."""
+    main(exiting=True)
+
+
+def main(*, exiting: bool = False) -> None:
+    """Runs the app; usage errors are one line on stderr with exit code 2; Ctrl-C exits 130,
+    SIGTERM 143 and SIGHUP 129 (128 + the signal), after the same clean-up; ends with
+    ``SystemExit``. Called in a caller's own process (``exiting=False``), it gives back the
+    SIGTERM/SIGHUP handlers it found, and a finished run ignores SIGINT, SIGTERM and SIGHUP only
+    from interpreter shutdown on (an ``atexit`` hook); ``exiting=True`` (:func:`entry`) ignores
+    them as soon as the run has finished."""
     global _SIGTERM_RECEIVED, _SIGNAL_RECEIVED
     import signal
 
@@ -190,9 +199,9 @@ def main() -> None:
         except (ValueError, OSError):  # not the main thread / unsupported platform
             pass
     try:
-        _run(usage_error, click_error, abort)
+        _run(usage_error, click_error, abort, exiting)
     finally:  # a caller that runs main() in its own process gets its handlers back
-        for sig, handler in previous.items():
+        for sig, handler in ({} if exiting else previous).items():
             try:
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
             except (ValueError, OSError):  # pragma: no cover - set above on the same thread
@@ -212,7 +221,7 @@ def _ignore_late_signals() -> None:
         pass
 
 
-def _run(usage_error, click_error, abort) -> None:
+def _run(usage_error, click_error, abort, exiting: bool) -> None:
     """:func:`main`'s body: runs the app and exits with its status (``SystemExit``)."""
     import atexit
     import os
@@ -245,10 +254,13 @@ def _run(usage_error, click_error, abort) -> None:
     if rv == 130 and _SIGNAL_RECEIVED:  # interrupted by SIGTERM/SIGHUP outside a command body: 128 + it
         rv = 128 + _SIGNAL_RECEIVED
     if rv in (0, None):  # the outputs (and the ledger's release) are in place: a Ctrl-C or SIGTERM during
-        atexit.unregister(_ignore_late_signals)  # interpreter shutdown must not turn a finished run into
-        atexit.register(_ignore_late_signals)    # exit 130 (at exit only: an in-process caller keeps them)
+        if exiting:      # interpreter shutdown must not turn a finished run into exit 130/143
+            _ignore_late_signals()
+        else:  # at exit only: an in-process caller keeps its handlers meanwhile
+            atexit.unregister(_ignore_late_signals)
+            atexit.register(_ignore_late_signals)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    entry()
