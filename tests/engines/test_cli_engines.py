@@ -89,6 +89,17 @@ def test_default_output_is_beside_the_folder(tmp_path, small_glove_file):
     assert "named after the input" in r.output
 
 
+def test_an_output_named_like_a_file_is_a_folder_with_a_warning(tmp_path, small_glove_file):
+    lake, _ = _lake(tmp_path)
+    common = ["-m", "santext", "-e", "2", "--embeddings", small_glove_file, "--seed", 1, "--no-ledger"]
+    r = _run(lake, "-o", tmp_path / "rt.csv", *common)
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "rt.csv" / SUCCESS).is_file()
+    assert "rt.csv is a folder of parts" in " ".join(r.output.split())
+    r = _run(lake, "-o", tmp_path / "plain", *common)
+    assert r.exit_code == 0 and "folder of parts (a release" not in " ".join(r.output.split())
+
+
 def test_budget_refusal_and_force_on_a_folder(tmp_path, small_glove_file):
     lake, _ = _lake(tmp_path)
     led = tmp_path / "led"

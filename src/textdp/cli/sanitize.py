@@ -28,6 +28,10 @@ MECHANISM_HELP = ("santext | santext+ | fbdd | mahalanobis | vickrey | custext |
                   "parameters)")
 
 
+#: output names that look like a file's: a release of parts (a folder) with one is warned about
+_FILE_SUFFIXES = frozenset({".csv", ".tsv", ".txt", ".json", ".jsonl", ".parquet", ".gz"})
+
+
 def parse_params(mech_name: str, items: list[str]) -> dict:
     """``--param KEY=VALUE`` items as the mechanism's keyword arguments, typed from its signature
     (int, float, bool, str); ParameterError (one line) for a malformed item, an unknown key or a bad value."""
@@ -443,6 +447,9 @@ def _sanitize_parts_command(input, output, mech_name, embeddings, epsilon, kwarg
             f"{stats.oov_tokens / stats.tokens:.0%} of the tokens have no embedding in {mech.embeddings.source} "
             f"(handled by --oov {mech.oov}): check that the embeddings match the text's language, casing and "
             "tokenization")
+    if not default_name and out.suffix.lower() in _FILE_SUFFIXES:
+        private_warnings.append(f"--output {out.name} is a folder of parts (a release of parts is always a folder), "
+                                f"though its name looks like a file's")
     if default_name:
         private_warnings.append(f"the output folder is named after the input ({out.name}); the name travels with "
                                 "the release and its card: rename it (or pass --output) if the input's name is "
