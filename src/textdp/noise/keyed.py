@@ -76,8 +76,11 @@ _MASK32 = np.uint64(0xFFFFFFFF)
 #: clipped by the 52-bit uniform it is computed from (the realised law's distance from the ideal one)
 LAPLACE_TRUNCATION = 2.0**-52
 #: uniforms multiplied together before one logarithm in the radius of :func:`keyed_laplace_vectors`
-#: (each is >= 2^-53, so a product of 16 is >= 2^-848: no underflow; its rounding, 16 relative
-#: units of 2^-53 at most, is of the order of the 16 logarithms' it replaces)
+#: (each is >= 2^-53, so a product of 16 is >= 2^-848: no underflow). The same random variable in
+#: exact arithmetic; in floats the product's rounding (at most 15 relative units of 2^-53) is an
+#: absolute error of at most about 15 * 2^-53 in the radius before scaling, so a small radius (m = 2)
+#: can differ from the sum of logarithms by a few tens of ulps: float discretisation, which the
+#: accounting leaves out as before (see keyed_laplace_vectors)
 RADIUS_RUN = 16
 
 
