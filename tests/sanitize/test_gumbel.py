@@ -18,7 +18,20 @@ from textdp.errors import ParameterError
 from textdp.noise import DEFAULT_ETA
 from textdp.sanitize import make_mechanism
 from textdp.sanitize._gumbel_kernels import exact_sq
-from textdp.sanitize.gumbel import NeighbourLists, TruncatedGumbel, _exact_sq_numpy, mldp_scale
+from textdp.sanitize.gumbel import NeighbourLists, TruncatedGumbel, mldp_scale
+
+
+def _exact_sq_numpy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The oracle of :func:`textdp.sanitize._gumbel_kernels.exact_sq`, in numpy: ``sum_t (x_t - y_jt)^2``
+    for every row ``j`` of ``y`` (float ``(V, m)``), float64 ``(V,)``, accumulated over ``t = 0 .. m-1``
+    in that order (the same roundings, hence the same numbers)."""
+    x = np.asarray(x, dtype=np.float64)
+    acc = np.zeros(len(y), dtype=np.float64)
+    for t in range(len(x)):
+        d = x[t] - np.asarray(y[:, t], dtype=np.float64)
+        acc += d * d
+    return acc
+
 
 DISTRIBUTION_TESTED = ("truncated-gumbel",)
 AUDITED = ("truncated-gumbel",)

@@ -43,6 +43,7 @@ import numpy as np
 
 from textdp.audit.metric import CallableTarget, LawTarget, MetricClaim, SamplerFailure, _euclidean, nearest_word_candidates
 from textdp.errors import MissingPackageError, ParameterError
+from textdp.sanitize.base import _single_threaded_blas
 
 __all__ = ["PYPANTERA", "pypantera_available", "pypantera_target", "write_glove_file"]
 
@@ -86,19 +87,6 @@ def _global_numpy_state(rng: np.random.Generator):
         yield
     finally:
         np.random.set_state(state)
-
-
-@contextlib.contextmanager
-def _one_blas_thread():
-    """BLAS on one thread while the peer runs: its per-word 50 x 50 SVDs (``multivariate_normal``) are
-    ~100 times slower with threads contending on a busy machine."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
 
 
 def pypantera_target(name: str, embeddings, epsilon: float, words: Sequence[str] | None = None,
@@ -205,7 +193,8 @@ def _sampler(key: str, obj):
 
     def f(word: str, n: int, rng: np.random.Generator) -> list[str]:
         out: list[str] = []
-        with _global_numpy_state(rng), _one_blas_thread():
+        with _global_numpy_state(rng), _single_threaded_blas():  # its per-word 50 x 50 SVDs
+            # (multivariate_normal) are ~100 times slower with BLAS threads contending on a busy machine
             for s in range(0, n, _CHUNK):
                 k = min(_CHUNK, n - s)
                 try:

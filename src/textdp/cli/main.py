@@ -134,7 +134,6 @@ def _root(
     """textdp: differential privacy for text."""
 
 
-_SIGTERM_RECEIVED = False
 _SIGNAL_RECEIVED = 0  # the first SIGTERM or SIGHUP received (0: none)
 
 #: signals that end a run like Ctrl-C (clean-up, then exit 128 + the signal)
@@ -146,14 +145,13 @@ def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001
     Terminated / HungUp, so the command cleans up as for Ctrl-C (temporary files removed, folders
     it created removed, its budget reservation cancelled). Only the first one raises: a second
     signal during that clean-up is ignored, so the clean-up itself is not cut short."""
-    global _SIGTERM_RECEIVED, _SIGNAL_RECEIVED
+    global _SIGNAL_RECEIVED
     import signal
 
     from textdp.cli._common import HungUp, Terminated
 
     if _SIGNAL_RECEIVED:
         return
-    _SIGTERM_RECEIVED = True
     _SIGNAL_RECEIVED = signum
     raise HungUp if signum == getattr(signal, "SIGHUP", None) else Terminated
 
@@ -180,10 +178,10 @@ def main(*, exiting: bool = False) -> None:
     SIGTERM/SIGHUP handlers it found, and a finished run ignores SIGINT, SIGTERM and SIGHUP only
     from interpreter shutdown on (an ``atexit`` hook); ``exiting=True`` (:func:`entry`) ignores
     them as soon as the run has finished."""
-    global _SIGTERM_RECEIVED, _SIGNAL_RECEIVED
+    global _SIGNAL_RECEIVED
     import signal
 
-    _SIGTERM_RECEIVED, _SIGNAL_RECEIVED = False, 0  # an earlier in-process run's signal is not this run's
+    _SIGNAL_RECEIVED = 0  # an earlier in-process run's signal is not this run's
     try:  # typer >= 0.20 vendors click as typer._click; older typer uses click itself
         from typer._click import exceptions as cx
     except ImportError:  # pragma: no cover - depends on the installed typer

@@ -26,7 +26,6 @@ driver and released as soon as each task finishes).
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import uuid
 from typing import Any, Callable, Sequence
@@ -56,7 +55,6 @@ def _job_tasks_on_worker(prefix: str, dask_worker=None) -> int:
                if isinstance(key, str) and key.startswith(prefix) and ts.state in _LIVE_STATES)
 
 
-
 @contextlib.contextmanager
 def _sigint_ignored_by_children():
     """SIGINT ignored while the LocalCluster starts its worker processes (restored after): they inherit the
@@ -74,6 +72,7 @@ def _sigint_ignored_by_children():
         yield
     finally:
         signal.signal(signal.SIGINT, old)
+
 
 class _Opaque:
     """An item as a task argument whose repr (shown in Dask's failure log) hides its content."""

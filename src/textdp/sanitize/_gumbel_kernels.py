@@ -4,7 +4,7 @@ does not load numba).
 :func:`exact_sq` is the one definition of the exact squared distance of the mechanism:
 ``sum_t (x_t - y_t)^2`` in float64, ``t = 0 .. m-1`` in that order (one rounding for the difference, one
 for the square, one for each addition; no reassociation, no fused multiply-add: numba compiles without
-fastmath). :func:`textdp.sanitize.gumbel._exact_sq_numpy` computes the same numbers with numpy (tested equal).
+fastmath). tests/sanitize/test_gumbel.py's numpy oracle computes the same numbers (tested equal).
 """
 
 from __future__ import annotations

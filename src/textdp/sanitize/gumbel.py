@@ -42,18 +42,6 @@ def _gamma(n: int, u: float) -> float:
     return n * u / (1.0 - n * u)
 
 
-def _exact_sq_numpy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """:func:`textdp.sanitize._gumbel_kernels.exact_sq` in numpy: ``sum_t (x_t - y_jt)^2`` for every row
-    ``j`` of ``y`` (float ``(V, m)``), float64 ``(V,)``, accumulated over ``t = 0 .. m-1`` in that order
-    (the same roundings, hence the same numbers)."""
-    x = np.asarray(x, dtype=np.float64)
-    acc = np.zeros(len(y), dtype=np.float64)
-    for t in range(len(x)):
-        d = x[t] - np.asarray(y[:, t], dtype=np.float64)
-        acc += d * d
-    return acc
-
-
 class NeighbourLists:
     """The ``k`` nearest output words of input words, by exact float64 squared distance, memoised.
 
@@ -221,11 +209,6 @@ class NeighbourLists:
         state["dist"] = np.empty((0, self.k), dtype=np.float64)
         state["size"] = state["scored"] = state["listed"] = 0
         return state
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the memo (the slot array and the lists allocated)."""
-        return int(self.slot.nbytes + self.cols.nbytes + self.dist.nbytes)
 
 
 def mldp_scale(epsilon: float, n_words: int, d_min: float, d_max: float) -> float:
