@@ -132,7 +132,6 @@ def test_bad_input_in_a_task_is_raised_once_neither_retried_nor_logged(dask_engi
     assert dask_engine.map(abs, [-3]) == [3]  # the engine still runs jobs
 
 
-
 def test_a_terminals_ctrl_c_reaches_the_driver_only():
     """A terminal's Ctrl-C sends SIGINT to the whole process group: the LocalCluster's worker processes
     start with SIGINT ignored, so they survive it (no worker traceback, no restart) and only the driver

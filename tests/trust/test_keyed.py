@@ -90,9 +90,10 @@ def test_bernoulli_is_exact(p):
     assert stats.binomtest(int(x.sum()), n, p).pvalue > ALPHA
 
 
-def test_laplace_vectors_have_the_multivariate_laplace_law():
+@pytest.mark.parametrize("m", [5, 50])  # 50: the radius is -ln of 4 products of keyed.RADIUS_RUN uniforms
+def test_laplace_vectors_have_the_multivariate_laplace_law(m):
     key = ReleaseKey.from_seed(5)
-    n, m, scale = 30_000, 5, 0.4
+    n, scale = 30_000, 0.4
     z = keyed.keyed_laplace_vectors(key, np.arange(n), np.zeros(n, dtype=np.int64), keyed.MAIN, m, scale)
     r = np.linalg.norm(z, axis=1)
     assert stats.kstest(r, stats.gamma(a=m, scale=scale).cdf).pvalue > ALPHA
