@@ -448,8 +448,8 @@ def _sanitize_parts_command(input, output, mech_name, embeddings, epsilon, kwarg
             f"(handled by --oov {mech.oov}): check that the embeddings match the text's language, casing and "
             "tokenization")
     if not default_name and out.suffix.lower() in _FILE_SUFFIXES:
-        private_warnings.append(f"--output {out.name} is a folder of parts (a release of parts is always a folder), "
-                                f"though its name looks like a file's")
+        private_warnings.append(f"--output {out.name} is a folder of parts (a release of parts is always a folder, "
+                                f"its parts in the input parts' format), though its name looks like a file's")
     if default_name:
         private_warnings.append(f"the output folder is named after the input ({out.name}); the name travels with "
                                 "the release and its card: rename it (or pass --output) if the input's name is "
