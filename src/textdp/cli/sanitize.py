@@ -140,8 +140,9 @@ def sanitize_command(
     force: bool = typer.Option(False, "--force", help="Release even if the ledger refuses it (over the dataset's "
                                "budget, a term without bound, or a currency no budget names); recorded as forced."),
 ):
-    """Sanitize a corpus with a text-DP mechanism (SanText, SanText+, FBDD, Mahalanobis, Vickrey, CusText, TEM,
-    TruncatedGumbel, 1-Diffractor, DP-Prompt, DP-MLM: `textdp mechanisms`) and write a privacy card."""
+    """Sanitize a corpus with a text-DP mechanism (SanText, SanText+, FBDD, Mahalanobis, Vickrey, CusText,
+    CusText+, TEM, TruncatedGumbel, 1-Diffractor, DP-Prompt, DP-MLM: `textdp mechanisms`) and write a privacy
+    card."""
     from textdp.accounting.card import build_card, check_card_path, write_card
     from textdp.data import io
     from textdp.data.datasets import is_builtin, load_dataset
